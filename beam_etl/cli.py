@@ -1,0 +1,156 @@
+"""`beam-etl`: argparse for the app flags; every other flag goes to Beam's PipelineOptions."""
+
+import argparse
+import logging
+import os
+import sys
+import time
+
+EXIT_USAGE = 2
+EXIT_FAILED = 1
+
+
+def _convert_parser(sub):
+    p = sub.add_parser("convert", help="images to sharded TFRecords", description="Convert images into a dataset directory of sharded TFRecords. Flags not listed here go to Beam (--runner, --direct_num_workers, --temp_location, ...).")
+    p.add_argument("--input", action="append", required=True, help="an image folder ROOT/<label>/..., a glob, or a .csv/.jsonl manifest of path,label[,split]; repeatable")
+    p.add_argument("--output", required=True, help="the dataset directory to write (local, gs://, s3://)")
+    p.add_argument("--labels", help="comma-separated label names, fixing the label set and ids; default: every label found")
+    p.add_argument("--schema", choices=("default", "imagenet"), default="default", help="feature names: default (image, label, ...) or the tf-slim/TPU imagenet names")
+    p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="3: RGB, 1: grayscale")
+    p.add_argument("--image_format", choices=("jpeg", "png"), default="jpeg", help="format of re-encoded images (JPEG inputs that need no change pass through)")
+    p.add_argument("--jpeg_quality", type=int, default=95)
+    p.add_argument("--max_side", type=int, default=0, help="downsize so the longer side is at most this; 0 keeps the size")
+    p.add_argument("--max_pixels", type=int, default=100_000_000, help="reject images with more pixels, before decoding them")
+    p.add_argument("--max_file_mb", type=float, default=64.0, help="reject larger files without reading them")
+    p.add_argument("--validation_fraction", type=float, default=0.0, help="split off this fraction by a stable hash of the key, where the input gives no split")
+    p.add_argument("--test_fraction", type=float, default=0.0)
+    p.add_argument("--num_shards", help="shards per split: 64, or train=64,validation=8; overrides --shard_size_mb")
+    p.add_argument("--shard_size_mb", type=float, default=256.0, help="aim for shards of about this size (100 MB to 1 GB suits most readers)")
+    p.add_argument("--compression", choices=("none", "gzip"), default="none", help="gzip saves little on JPEG bytes and writes ~35x slower")
+    p.add_argument("--max_reject_fraction", type=float, default=0.05, help="fail the job when more inputs than this are rejected")
+    p.add_argument("--overwrite", action="store_true", help="replace a complete dataset already in --output")
+    return p
+
+
+def _usage_error(message: str) -> int:
+    print(f"beam-etl: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _pipeline_options(beam_args):
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+    options = PipelineOptions(beam_args)
+    runner = options.view_as(StandardOptions).runner
+    direct = options.view_as(DirectOptions)
+    if runner in (None, "DirectRunner", "direct") and "--direct_num_workers" not in " ".join(beam_args):
+        # The DirectRunner's default is one worker; use every core, as a user expects.
+        direct.direct_num_workers = os.cpu_count() or 1
+        if not direct.direct_running_mode or direct.direct_running_mode == "in_memory":
+            direct.direct_running_mode = "multi_threading"
+    return options
+
+
+def _config(args):
+    from beam_etl import images, sharding, sources
+    from beam_etl.pipeline import ConvertConfig
+
+    labels = [name.strip() for name in args.labels.split(",") if name.strip()] if args.labels else None
+    if labels is not None and len(set(labels)) != len(labels):
+        raise ValueError(f"--labels has duplicates: {args.labels!r}")
+    for name in ("validation_fraction", "test_fraction", "max_reject_fraction"):
+        if not 0.0 <= getattr(args, name) <= 1.0:
+            raise ValueError(f"--{name} must be in [0, 1], got {getattr(args, name)}")
+    if args.validation_fraction + args.test_fraction >= 1.0:
+        raise ValueError("--validation_fraction + --test_fraction must leave some training data")
+    if args.shard_size_mb <= 0 or args.max_file_mb <= 0:
+        raise ValueError("--shard_size_mb and --max_file_mb must be positive")
+    policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels)
+    sources.check_inputs(args.input, labels)
+    label_names = sorted(labels) if labels is not None else sources.label_names(args.input)
+    if not label_names:
+        raise sources.InputError(f"no labels found in {args.input}; expected ROOT/<label>/<image> folders or a manifest with a label column")
+    return ConvertConfig(
+        inputs=tuple(args.input),
+        output=args.output.rstrip("/"),
+        label_names=tuple(label_names),
+        policy=policy,
+        schema=args.schema,
+        validation_fraction=args.validation_fraction,
+        test_fraction=args.test_fraction,
+        num_shards=sharding.parse_num_shards(args.num_shards),
+        shard_size_mb=args.shard_size_mb,
+        compression=args.compression,
+        max_reject_fraction=args.max_reject_fraction,
+        max_file_mb=args.max_file_mb,
+    )
+
+
+def _prepare_output(output: str, overwrite: bool) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_etl import metadata
+
+    if metadata.is_complete(output) and not overwrite:
+        raise ValueError(f"--output {output} already holds a complete dataset; pass --overwrite to replace it")
+    if "://" not in output:
+        try:
+            os.makedirs(output, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"--output {output}: cannot create it ({e.strerror})") from None
+        if not os.access(output, os.W_OK | os.X_OK):
+            raise ValueError(f"--output {output}: not writable")
+    else:
+        FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
+
+
+def _root_cause(exc: BaseException) -> str:
+    """Beam wraps a DoFn's exception in its own; find ours by its class name in the text."""
+    from beam_etl import metadata
+
+    text = str(exc)
+    for cls in (metadata.TooManyRejects, metadata.IncompleteDataset):
+        marker = f"{cls.__name__}: "
+        if marker in text:
+            return text[text.rindex(marker) + len(marker) :].split("\n")[0].split(" [while running")[0]
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def convert(args, beam_args) -> int:
+    """Run one conversion; returns the exit code."""
+    import apache_beam as beam
+
+    from beam_etl import pipeline, report, sources
+
+    started = time.time()
+    try:
+        config = _config(args)
+        _prepare_output(config.output, args.overwrite)
+        options = _pipeline_options(beam_args)
+    except (ValueError, sources.InputError) as e:
+        return _usage_error(str(e))
+    p = beam.Pipeline(options=options)
+    pipeline.build(p, config)
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    except Exception as e:  # noqa: BLE001 - a Beam job failure surfaces as any type; report it in one line
+        print(f"beam-etl: conversion failed: {_root_cause(e)}", file=sys.stderr)
+        return EXIT_FAILED
+    report.print_summary(config.output, time.time() - started)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="beam-etl", description="Convert images to sharded TFRecords with Apache Beam.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _convert_parser(sub)
+    args, beam_args = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "convert":
+        return convert(args, beam_args)
+    return _usage_error(f"unknown command {args.command!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""dataset.json: build it, publish the dataset atomically around it, read it back."""
+
+import datetime
+import json
+import posixpath
+import re
+import uuid
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_etl import analyze, schema
+
+DATASET_JSON = "dataset.json"
+REJECTED_JSONL = "rejected.jsonl"
+TRANSFORM_DIRS = ("transform_fn", "transformed_metadata")
+_SHARD = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+FORMAT_VERSION = 1
+
+
+class IncompleteDataset(Exception):
+    """The run's outputs do not add up; nothing is published."""
+
+
+class TooManyRejects(Exception):
+    """More inputs were rejected than --max_reject_fraction allows."""
+
+
+def versions() -> dict:
+    """The versions of what made the dataset."""
+    from importlib import metadata
+
+    out = {}
+    for dist in ("beam-image-etl", "apache-beam", "tensorflow", "tensorflow-transform", "pillow", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict) -> dict:
+    """The dataset.json document; raises IncompleteDataset when the counts do not reconcile."""
+    splits = {}
+    for info in sorted(shards, key=lambda s: (s["split"], s["index"])):
+        split = splits.setdefault(info["split"], {"examples": 0, "bytes": 0, "label_counts": {}, "shards": []})
+        split["examples"] += info["examples"]
+        split["bytes"] += info["bytes"]
+        split["shards"].append({k: info[k] for k in ("file", "examples", "bytes", "sha256")})
+    encoded = {}
+    for (split, label), n in label_counts:
+        encoded[split] = encoded.get(split, 0) + n
+        if split in splits:
+            splits[split]["label_counts"][label] = n
+    for name, split in splits.items():
+        counts = {info["count"] for info in shards if info["split"] == name}
+        indices = sorted(info["index"] for info in shards if info["split"] == name)
+        if len(counts) != 1 or indices != list(range(counts.pop())):
+            raise IncompleteDataset(f"split {name}: shard set is incomplete or duplicated: indices {indices}")
+        if split["examples"] != encoded.get(name, 0):
+            raise IncompleteDataset(f"split {name}: {split['examples']} records in shards but {encoded.get(name, 0)} encoded")
+    missing = set(encoded) - set(splits)
+    if missing:
+        raise IncompleteDataset(f"splits {sorted(missing)} were encoded but have no shards")
+    rejected = sum(reject_counts.values())
+    written = sum(s["examples"] for s in splits.values())
+    if written + rejected != inputs:
+        raise IncompleteDataset(f"{inputs} inputs but {written} written + {rejected} rejected: records were lost or duplicated")
+    compression = options["compression"]
+    return {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "schema": options["schema"],
+        "features": schema.feature_spec_json(options["schema"]),
+        "label_names": list(label_names),
+        "num_classes": len(label_names),
+        "channels": options["channels"],
+        "image_format": options["image_format"],
+        "compression": compression,
+        "tfrecord_compression": "GZIP" if compression == "gzip" else "",
+        "splits": splits,
+        "statistics": statistics,
+        "transform": analyze.transform_contract(options["channels"]),
+        "rejected": {"total": rejected, "by_reason": dict(sorted(reject_counts.items())), "file": REJECTED_JSONL},
+        "inputs": inputs,
+        "options": options,
+        "versions": versions(),
+        "source_fingerprint": fingerprint,
+    }
+
+
+def check_reject_fraction(rejected: int, inputs: int, max_fraction: float, output: str) -> None:
+    if inputs and rejected / inputs > max_fraction:
+        raise TooManyRejects(
+            f"{rejected} of {inputs} inputs ({rejected / inputs:.1%}) were rejected, over --max_reject_fraction "
+            f"{max_fraction:g}; see {FileSystems.join(output, REJECTED_JSONL)} for each file and its reason"
+        )
+
+
+def write_json(path: str, document: dict) -> None:
+    """Write JSON atomically: a temporary name, then a rename."""
+    temp = f"{path}.{uuid.uuid4().hex}.tmp"
+    with FileSystems.create(temp, mime_type="application/json", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(document, indent=2, sort_keys=False).encode("utf-8"))
+    if FileSystems.exists(path):
+        FileSystems.delete([path])
+    FileSystems.rename([temp], [path])
+
+
+def read(data_dir: str) -> dict:
+    path = FileSystems.join(data_dir, DATASET_JSON)
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return json.loads(f.read().decode("utf-8"))
+
+
+def is_complete(data_dir: str) -> bool:
+    return FileSystems.exists(FileSystems.join(data_dir, DATASET_JSON))
+
+
+def _files_under(folder: str):
+    if not FileSystems.exists(folder):
+        return []
+    return [m.path for m in FileSystems.match([folder.rstrip("/") + "/**"])[0].metadata_list]
+
+
+def _move(src: str, dst: str) -> None:
+    parent = posixpath.dirname(dst)
+    if "://" not in dst and not FileSystems.exists(parent):
+        FileSystems.mkdirs(parent)
+    FileSystems.rename([src], [dst])
+
+
+def publish(staging: str, output: str, document: dict) -> None:
+    """Move the staged dataset into `output` and write dataset.json last.
+
+    An old dataset in `output` (only with --overwrite) loses its dataset.json first, so at
+    no moment does a mix of old and new files look complete.
+    """
+    old_json = FileSystems.join(output, DATASET_JSON)
+    if FileSystems.exists(old_json):
+        FileSystems.delete([old_json])
+    old = [p for p in _files_under(output) if _SHARD.match(posixpath.basename(p)) and posixpath.dirname(p) == output.rstrip("/")]
+    for name in TRANSFORM_DIRS:
+        old += _files_under(FileSystems.join(output, name))
+    if old:
+        FileSystems.delete(old)
+    for split in document["splits"].values():
+        for shard in split["shards"]:
+            _move(FileSystems.join(staging, "shards", shard["file"]), FileSystems.join(output, shard["file"]))
+    for name in TRANSFORM_DIRS:
+        base = FileSystems.join(staging, "analysis", name)
+        for path in _files_under(base):
+            _move(path, FileSystems.join(output, name, path[len(base) :].lstrip("/")))
+    move_rejects(staging, output)
+    write_json(FileSystems.join(output, DATASET_JSON), document)
+
+
+def move_rejects(staging: str, output: str) -> None:
+    src = FileSystems.join(staging, REJECTED_JSONL)
+    if FileSystems.exists(src):
+        dst = FileSystems.join(output, REJECTED_JSONL)
+        if FileSystems.exists(dst):
+            FileSystems.delete([dst])
+        _move(src, dst)
+
+
+def shard_paths(data_dir: str, document: dict, split: str):
+    return [FileSystems.join(data_dir, s["file"]) for s in document["splits"][split]["shards"]]
+

@@ -1,0 +1,25 @@
+"""The summary printed at the end of a conversion."""
+
+from beam_etl import metadata
+
+
+def summary_lines(document: dict, elapsed: float) -> list:
+    """Per split its examples, shards and MB; rejects by reason; time and rate."""
+    lines = [f"{'split':<12}{'examples':>10}{'shards':>8}{'MB':>10}"]
+    written = 0
+    for name, split in document["splits"].items():
+        written += split["examples"]
+        lines.append(f"{name:<12}{split['examples']:>10}{len(split['shards']):>8}{split['bytes'] / 1e6:>10.1f}")
+    rejected = document["rejected"]
+    reasons = ", ".join(f"{reason} {n}" for reason, n in rejected["by_reason"].items()) or "none"
+    lines.append(f"rejected: {rejected['total']} ({reasons})")
+    rate = document["inputs"] / elapsed if elapsed > 0 else 0.0
+    lines.append(f"{document['inputs']} inputs in {elapsed:.1f} s: {rate:.0f} images/s")
+    return lines
+
+
+def print_summary(output: str, elapsed: float) -> None:
+    document = metadata.read(output)
+    print(f"wrote {output}")
+    for line in summary_lines(document, elapsed):
+        print(line)

@@ -1,0 +1,129 @@
+"""Shard counts, names and the plan that cuts staged chunks into balanced shards."""
+
+import hashlib
+import math
+import random
+
+import numpy as np
+
+from apache_beam.io.filesystems import CompressionTypes, FileSystems
+
+from beam_etl import tfrecord
+
+
+def parse_num_shards(text):
+    """'64' -> 64 for every split; 'train=64,validation=8' -> a dict; None/'' -> None."""
+    if text in (None, ""):
+        return None
+    text = str(text).strip()
+    if text.isdigit():
+        if int(text) < 1:
+            raise ValueError(f"--num_shards must be at least 1, got {text!r}")
+        return int(text)
+    counts = {}
+    for part in text.split(","):
+        split, _, number = part.partition("=")
+        if not number.strip().isdigit() or int(number) < 1:
+            raise ValueError(f"--num_shards: bad part {part!r}; write 64 or train=64,validation=8")
+        counts[split.strip()] = int(number)
+    return counts
+
+
+def shard_count(split: str, examples: int, nbytes: int, num_shards, shard_size_mb: float) -> int:
+    """How many shards a split gets: the count asked for, or enough to keep shards near the size."""
+    if isinstance(num_shards, int):
+        wanted = num_shards
+    elif isinstance(num_shards, dict) and split in num_shards:
+        wanted = num_shards[split]
+    else:
+        wanted = max(1, math.ceil(nbytes / (shard_size_mb * 1e6)))
+    return max(1, min(wanted, examples))  # never an empty shard
+
+
+def suffix(compression: str) -> str:
+    return ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
+
+
+def shard_name(split: str, index: int, count: int, compression: str = "none") -> str:
+    return f"{split}-{index:05d}-of-{count:05d}{suffix(compression)}"
+
+
+def order(chunks):
+    """Chunks [(path, examples)] in the one order every worker agrees on, with each one's first global index."""
+    out, first = [], 0
+    for path, n in sorted(chunks):
+        if n:
+            out.append((path, first, n))
+            first += n
+    return out
+
+
+def shard_size(total: int, index: int, count: int) -> int:
+    """How many records shard `index` gets when every count-th record goes to it."""
+    return (total - index + count - 1) // count
+
+
+def read_index(path: str):
+    """A chunk's record offsets, written beside it as little-endian int64."""
+    with FileSystems.open(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return np.frombuffer(f.read(), dtype="<i8")
+
+
+def write_index(path: str, offsets) -> None:
+    with FileSystems.create(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(np.asarray(offsets, dtype="<i8").tobytes())
+
+
+def gather(chunks, index: int, count: int):
+    """The framed records of shard `index`: every count-th record of the ordered chunks.
+
+    Striding makes every shard a stratified sample of the whole split, whatever order the
+    runner delivered records in (one class per input folder, say), and balances the
+    counts to within one record. Reads move forward through each chunk.
+    """
+    framed = []
+    for path, first, n in order(chunks):
+        offsets = read_index(path)
+        if len(offsets) != n:
+            raise tfrecord.CorruptRecord(f"{path}: index lists {len(offsets)} records, expected {n}")
+        local = np.arange((index - first) % count, n, count)
+        if not len(local):
+            continue
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            for j in local:
+                f.seek(int(offsets[j]))
+                framed.append(tfrecord.read_framed(f, path, int(offsets[j])))
+    return framed
+
+
+def write_shard(chunks, index: int, count: int, dest: str, compression: str = "none", seed: str = ""):
+    """Write shard `index` of `count` to `dest`; return (examples, bytes, sha256).
+
+    The records are shuffled within the shard (seeded, so a retry writes the same file);
+    memory holds one shard, which --shard_size_mb bounds. The caller writes to a temporary
+    name and renames.
+    """
+    framed = gather(chunks, index, count)
+    random.Random(f"{seed}/{index}/{count}").shuffle(framed)
+    ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
+    digest, nbytes = hashlib.sha256(), 0
+    with FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype) as out:
+        for record in framed:
+            out.write(record)
+            nbytes += len(record)
+            digest.update(record)
+    if compression == "gzip":
+        return len(framed), *file_digest(dest)  # the digest is of the stored, compressed bytes
+    return len(framed), nbytes, digest.hexdigest()
+
+
+def file_digest(path: str):
+    """(bytes, sha256) of a file as stored."""
+    digest, size = hashlib.sha256(), 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                return size, digest.hexdigest()
+            size += len(block)
+            digest.update(block)

@@ -1,0 +1,229 @@
+"""Inputs (folders, globs, CSV/JSONL manifests) turned into image references. Beam FileSystems only."""
+
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import posixpath
+import re
+import typing
+
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+SPLITS = ("train", "validation", "test")
+_SPLIT_ALIASES = {"train": "train", "training": "train", "validation": "validation", "val": "validation", "valid": "validation", "test": "test"}
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+class InputError(ValueError):
+    """A bad --input or manifest row; the message names the value and what to do."""
+
+
+class ImageRef(typing.NamedTuple):
+    """One input image: a stable key (relative to its input root), where it is, its label and split."""
+
+    key: str
+    uri: str
+    label: str  # "" when the input gave none
+    split: str  # "" when the input gave none; assigned from fractions later
+    size: int  # bytes, -1 when unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One --input: a folder tree, a glob or a manifest."""
+
+    kind: str  # "folder", "glob" or "manifest"
+    uri: str
+
+    @property
+    def root(self) -> str:
+        """The folder that keys are relative to."""
+        if self.kind == "folder":
+            return self.uri.rstrip("/")
+        if self.kind == "glob":
+            return posixpath.dirname(_GLOB_CHARS.split(self.uri, 1)[0])
+        return posixpath.dirname(self.uri)
+
+    @property
+    def pattern(self) -> str:
+        return self.uri.rstrip("/") + "/**" if self.kind == "folder" else self.uri
+
+
+def normalise_split(name: str) -> str:
+    """A split name in canonical spelling, or '' when it is no split name."""
+    return _SPLIT_ALIASES.get(name.strip().lower(), "")
+
+
+def classify(uri: str) -> Source:
+    """Tell what kind of input a --input value is."""
+    lower = uri.lower()
+    if lower.endswith((".csv", ".jsonl")):
+        return Source("manifest", uri)
+    if _GLOB_CHARS.search(uri):
+        return Source("glob", uri)
+    return Source("folder", uri)
+
+
+def is_hidden(relpath: str) -> bool:
+    """Dotfiles and dot-folders (.DS_Store, .git/) are not inputs."""
+    return any(part.startswith(".") for part in relpath.split("/"))
+
+
+def ref_from_path(source: Source, path: str, size: int) -> ImageRef:
+    """The reference for one listed file: label and split from where it sits."""
+    rel = path[len(source.root) :].lstrip("/")
+    parts = rel.split("/")
+    if source.kind == "glob":
+        label = posixpath.basename(posixpath.dirname(path))
+        return ImageRef(rel, path, label, "", size)
+    # Folder tree: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file>.
+    if normalise_split(parts[0]) and len(parts) >= 2:
+        label = parts[1] if len(parts) >= 3 else ""  # a file right under a split folder has no label
+        return ImageRef(rel, path, label, normalise_split(parts[0]), size)
+    if len(parts) >= 2:
+        return ImageRef(rel, path, parts[0], "", size)
+    return ImageRef(rel, path, "", "", size)
+
+
+def list_source(source: Source):
+    """Yield an ImageRef for each file of a folder or glob source."""
+    for result in FileSystems.match([source.pattern]):
+        for meta in result.metadata_list:
+            ref = ref_from_path(source, meta.path, meta.size_in_bytes)
+            if not is_hidden(ref.key):
+                yield ref, meta.last_updated_in_seconds
+
+
+def _resolve(manifest_uri: str, path: str) -> str:
+    if "://" in path or path.startswith("/"):
+        return path
+    return FileSystems.join(posixpath.dirname(manifest_uri), path)
+
+
+def parse_manifest(uri: str, lines: typing.Iterable[str]):
+    """Yield an ImageRef for each row of a CSV or JSONL manifest; InputError on a bad row."""
+    if uri.lower().endswith(".jsonl"):
+        rows = _jsonl_rows(uri, lines)
+    else:
+        rows = _csv_rows(uri, lines)
+    for line_no, path, label, split in rows:
+        if not path or not label:
+            raise InputError(f"{uri}:{line_no}: a row needs a path and a label, got path={path!r} label={label!r}")
+        canonical = normalise_split(split) if split else ""
+        if split and not canonical:
+            raise InputError(f"{uri}:{line_no}: unknown split {split!r}; use one of {', '.join(SPLITS)} or leave it empty")
+        yield ImageRef(path, _resolve(uri, path), label, canonical, -1)
+
+
+def _csv_rows(uri, lines):
+    reader = csv.reader(lines)
+    for line_no, row in enumerate(reader, start=1):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        cells = [cell.strip() for cell in row]
+        if line_no == 1 and cells[0].lower() == "path":
+            continue  # header
+        if len(cells) not in (2, 3):
+            raise InputError(f"{uri}:{line_no}: expected path,label[,split], got {len(cells)} columns: {row!r}")
+        yield line_no, cells[0], cells[1], cells[2] if len(cells) == 3 else ""
+
+
+def _jsonl_rows(uri, lines):
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{uri}:{line_no}: not JSON ({e.msg}): {line.strip()[:80]!r}") from None
+        if not isinstance(row, dict):
+            raise InputError(f"{uri}:{line_no}: expected an object with path and label, got {line.strip()[:80]!r}")
+        yield line_no, str(row.get("path", "")).strip(), str(row.get("label", "")).strip(), str(row.get("split", "") or "").strip()
+
+
+def read_manifest(uri: str):
+    """Yield the ImageRefs of a manifest, streaming it through Beam's FileSystems."""
+    with FileSystems.open(uri) as raw:
+        yield from parse_manifest(uri, io.TextIOWrapper(raw, encoding="utf-8", newline=""))
+
+
+def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequence[str]] = None):
+    """Fail fast, before any pipeline starts, on a missing or empty input or a bad manifest."""
+    if not uris:
+        raise InputError("no --input given; pass a folder, a glob or a .csv/.jsonl manifest")
+    for uri in uris:
+        source = classify(uri)
+        if source.kind == "manifest":
+            if not FileSystems.exists(uri):
+                raise InputError(f"--input {uri}: manifest not found")
+            count = 0
+            for ref in read_manifest(uri):
+                count += 1
+                if labels is not None and ref.label not in labels:
+                    raise InputError(f"--input {uri}: row {ref.key!r} has label {ref.label!r}, which is not in --labels")
+            if not count:
+                raise InputError(f"--input {uri}: the manifest has no rows")
+            continue
+        if source.kind == "folder" and not FileSystems.exists(uri):
+            raise InputError(f"--input {uri}: no such folder")
+        first = FileSystems.match([source.pattern], limits=[1])[0].metadata_list
+        if not first:
+            raise InputError(f"--input {uri}: no files found under it")
+
+
+def assign_split(key: str, validation_fraction: float, test_fraction: float) -> str:
+    """A split from a stable hash of the key, so a record keeps its split across runs."""
+    bucket = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2.0**64
+    if bucket < test_fraction:
+        return "test"
+    if bucket < test_fraction + validation_fraction:
+        return "validation"
+    return "train"
+
+
+def fingerprint_entry(uri: str, size: int, mtime) -> int:
+    """One listed file's contribution to the source fingerprint, summed order-free."""
+    return int.from_bytes(hashlib.sha256(f"{uri}\0{size}\0{mtime}".encode("utf-8")).digest()[:16], "big")
+
+
+def read_bytes(ref: ImageRef, max_bytes: int) -> bytes:
+    """The file's bytes, or Rejected when it is too large or cannot be read."""
+    from beam_etl.images import TOO_LARGE, UNREADABLE, Rejected  # images is Pillow-only; no cycle
+
+    if ref.size > max_bytes:
+        raise Rejected(TOO_LARGE, f"{ref.size} bytes is over --max_file_mb")
+    try:
+        with FileSystems.open(ref.uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read(max_bytes + 1)
+    except (OSError, BeamIOError) as e:
+        raise Rejected(UNREADABLE, f"cannot read: {e}") from None
+    if len(data) > max_bytes:
+        raise Rejected(TOO_LARGE, f"over --max_file_mb ({max_bytes} bytes)")
+    return data
+
+
+def label_names(uris) -> list:
+    """The sorted label names of the inputs: the ImageFolder convention for label ids."""
+    names = set()
+    for uri in uris:
+        source = classify(uri)
+        if source.kind == "manifest":
+            names.update(ref.label for ref in read_manifest(uri))
+        elif source.kind == "folder" and "://" not in uri and os.path.isdir(uri):
+            names.update(_local_folder_labels(uri))  # a directory listing, not a file listing
+        else:
+            names.update(ref.label for ref, _ in list_source(source) if ref.label)
+    return sorted(names)
+
+
+def _local_folder_labels(root: str):
+    children = [e for e in os.scandir(root) if e.is_dir() and not e.name.startswith(".")]
+    for child in children:
+        if normalise_split(child.name):
+            yield from (e.name for e in os.scandir(child.path) if e.is_dir() and not e.name.startswith("."))
+        else:
+            yield child.name

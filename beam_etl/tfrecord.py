@@ -1,0 +1,58 @@
+"""TFRecord framing: length, masked CRC-32C, data, masked CRC-32C. Pure Python plus google_crc32c."""
+
+import struct
+
+import google_crc32c
+
+_HEADER = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+
+
+class CorruptRecord(Exception):
+    """A record whose length or CRC does not check out; names the file and offset."""
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(record: bytes) -> bytes:
+    """One record as it is laid out in a .tfrecord file."""
+    header = _HEADER.pack(len(record))
+    return header + _CRC.pack(_masked_crc(header)) + record + _CRC.pack(_masked_crc(record))
+
+
+def _read_one(f, name: str, offset: int, check: bool):
+    """(framed bytes, record) of the record at the file's position, or None at the end."""
+    header = f.read(12)
+    if not header:
+        return None
+    if len(header) < 12:
+        raise CorruptRecord(f"{name}: truncated record header at byte {offset}")
+    (length,) = _HEADER.unpack_from(header)
+    if check and _CRC.unpack_from(header, 8)[0] != _masked_crc(header[:8]):
+        raise CorruptRecord(f"{name}: bad length CRC at byte {offset}")
+    body = f.read(length + 4)
+    if len(body) < length + 4:
+        raise CorruptRecord(f"{name}: truncated record at byte {offset} (wanted {length} bytes)")
+    record = body[:length]
+    if check and _CRC.unpack_from(body, length)[0] != _masked_crc(record):
+        raise CorruptRecord(f"{name}: bad data CRC in the record at byte {offset}")
+    return header + body, record
+
+
+def iter_framed(f, name: str = "<stream>", check: bool = True):
+    """Yield (offset, framed_bytes, record) for each record of an open binary file."""
+    offset = 0
+    while (one := _read_one(f, name, offset, check)) is not None:
+        yield offset, *one
+        offset += len(one[0])
+
+
+def read_framed(f, name: str = "<stream>", offset: int = 0) -> bytes:
+    """The framed bytes of the record at the file's position (`offset`, for messages), CRCs checked."""
+    one = _read_one(f, name, offset, True)
+    if one is None:
+        raise CorruptRecord(f"{name}: ended at byte {offset}, where a record was expected")
+    return one[0]

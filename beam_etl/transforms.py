@@ -1,0 +1,243 @@
+"""The pipeline's stages, one PTransform each; they only wire the pure functions to Beam."""
+
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_etl import records, sharding, sources, tfrecord
+from beam_etl.images import Rejected
+
+NAMESPACE = "beam_etl"
+REJECTS = "rejects"
+
+
+class _ListFn(beam.DoFn):
+    """One --input to its image references (each with its mtime, for the fingerprint)."""
+
+    def process(self, uri):
+        source = sources.classify(uri)
+        if source.kind == "manifest":
+            for ref in sources.read_manifest(uri):
+                yield ref, None
+        else:
+            yield from sources.list_source(source)
+
+
+class ListImages(beam.PTransform):
+    """Inputs to ImageRefs, fusion broken so that reading spreads over workers."""
+
+    def __init__(self, uris):
+        super().__init__()
+        self.uris = list(uris)
+
+    def expand(self, pbegin):
+        listed = (
+            pbegin
+            | "Inputs" >> beam.Create(self.uris)
+            | "List" >> beam.ParDo(_ListFn())
+            # (ImageRef, mtime)
+        )
+        refs = listed | "Refs" >> beam.Map(lambda pair: pair[0]) | "BreakFusion" >> beam.Reshuffle()
+        fingerprint = (
+            listed
+            | "Entry" >> beam.Map(lambda pair: sources.fingerprint_entry(pair[0].uri, pair[0].size, pair[1]))
+            | "Sum" >> beam.CombineGlobally(lambda entries: sum(entries) % (1 << 128))
+            | "Hex" >> beam.Map(lambda total: f"{total:032x}")
+        )
+        return refs, fingerprint
+
+
+class _EncodeFn(beam.DoFn):
+    def __init__(self, policy, label_ids, schema_name, validation_fraction, test_fraction, max_file_bytes):
+        self.policy = policy
+        self.label_ids = label_ids
+        self.schema_name = schema_name
+        self.fractions = (validation_fraction, test_fraction)
+        self.max_file_bytes = max_file_bytes
+        self.written = Metrics.counter(NAMESPACE, "images_encoded")
+        self.passthrough = Metrics.counter(NAMESPACE, "images_passed_through")
+        self.rejected = Metrics.counter(NAMESPACE, "images_rejected")
+        self.bytes = Metrics.counter(NAMESPACE, "bytes_encoded")
+
+    def process(self, ref):
+        try:
+            records.check_label(ref, self.label_ids)  # before reading: a bad label costs no I/O
+            data = sources.read_bytes(ref, self.max_file_bytes)
+            split, example, facts = records.make_record(ref, data, self.policy, self.label_ids, self.schema_name, *self.fractions)
+        except Rejected as r:
+            self.rejected.inc()
+            Metrics.counter(NAMESPACE, f"rejected_{r.reason}").inc()
+            yield beam.pvalue.TaggedOutput(REJECTS, records.reject_row(ref, r.reason, r.message))
+            return
+        self.written.inc()
+        self.bytes.inc(len(example))
+        if facts.passthrough:
+            self.passthrough.inc()
+        yield beam.pvalue.TaggedOutput("facts", facts)
+        yield split, example
+
+
+class EncodeExamples(beam.PTransform):
+    """ImageRefs to (split, Example bytes), with Facts and rejects as tagged outputs."""
+
+    def __init__(self, policy, label_names, schema_name, validation_fraction, test_fraction, max_file_bytes):
+        super().__init__()
+        self.fn = _EncodeFn(policy, {name: i for i, name in enumerate(label_names)}, schema_name, validation_fraction, test_fraction, max_file_bytes)
+
+    def expand(self, refs):
+        return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", main="records")
+
+
+class _StageFn(beam.DoFn):
+    """Appends records to one chunk file per split and bundle; emits the chunks when the bundle ends.
+
+    Payloads are written where they were made and never cross a shuffle: only the chunk
+    descriptors travel. A retried bundle's chunk is never emitted, so it is never read.
+    """
+
+    def __init__(self, chunk_dir):
+        self.chunk_dir = chunk_dir
+
+    def start_bundle(self):
+        self.open = {}  # split -> (path, file, offsets)
+
+    def process(self, element):
+        split, example = element
+        if split not in self.open:
+            path = FileSystems.join(self.chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord")
+            self.open[split] = (path, FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED), [0])
+        _, f, offsets = self.open[split]
+        framed = tfrecord.frame(example)
+        f.write(framed)
+        offsets.append(offsets[-1] + len(framed))
+
+    def finish_bundle(self):
+        for split, (path, f, offsets) in self.open.items():
+            f.close()
+            sharding.write_index(path, offsets[:-1])
+            yield WindowedValue((split, (path, len(offsets) - 1)), 0, [GlobalWindow()])
+        self.open = {}
+
+
+class _PlanFn(beam.DoFn):
+    """One split's chunks to one task per shard: (split, index, count, chunks)."""
+
+    def __init__(self, num_shards, shard_size_mb):
+        self.num_shards = num_shards
+        self.shard_size_mb = shard_size_mb
+
+    def process(self, element, chunk_bytes):
+        split, chunks = element
+        chunks = sorted(chunks)
+        examples = sum(n for _, n in chunks)
+        count = sharding.shard_count(split, examples, chunk_bytes.get(split, 0), self.num_shards, self.shard_size_mb)
+        for index in range(count):
+            yield split, index, count, chunks
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, shard_dir, compression):
+        self.shard_dir = shard_dir
+        self.compression = compression
+        self.shards = Metrics.counter(NAMESPACE, "shards_written")
+
+    def process(self, task):
+        split, index, count, chunks = task
+        name = sharding.shard_name(split, index, count, self.compression)
+        final = FileSystems.join(self.shard_dir, name)
+        temp = FileSystems.join(self.shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
+        examples, nbytes, digest = sharding.write_shard(chunks, index, count, temp, self.compression, seed=split)
+        if FileSystems.exists(final):  # a retried task: the first copy has the same records
+            FileSystems.delete([final])
+        FileSystems.rename([temp], [final])
+        self.shards.inc()
+        yield {"split": split, "file": name, "index": index, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest}
+
+
+class WriteShards(beam.PTransform):
+    """(split, Example bytes) to shards with a controlled count; returns one dict per shard.
+
+    Records are staged in per-bundle chunk files with an offset index; then one worker
+    writes each shard from every count-th record of the chunks, shuffled (temp file, then
+    rename, as Beam's FileBasedSink does). Only chunk descriptors are grouped, so memory stays flat
+    in the dataset size; see README 'Why not WriteToTFRecord locally'.
+    """
+
+    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression):
+        super().__init__()
+        self.chunk_dir, self.shard_dir = chunk_dir, shard_dir
+        self.num_shards, self.shard_size_mb, self.compression = num_shards, shard_size_mb, compression
+
+    def expand(self, examples):
+        split_bytes = (
+            examples
+            | "Sizes" >> beam.Map(lambda kv: (kv[0], len(kv[1]) + 16))  # 16: TFRecord framing
+            | "SumSizes" >> beam.CombinePerKey(sum)
+        )
+        return (
+            examples
+            | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir))
+            # (split, (chunk path, examples))
+            | "GroupChunks" >> beam.GroupByKey()
+            | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb), chunk_bytes=beam.pvalue.AsDict(split_bytes))
+            # (split, shard index, shard count, [(chunk path, examples)])
+            | "SpreadShards" >> beam.Reshuffle()
+            | "Write" >> beam.ParDo(_WriteShardFn(self.shard_dir, self.compression))
+        )
+
+
+class WriteRejects(beam.PTransform):
+    """Reject rows to one JSON-lines file in the staging folder; returns its path."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def expand(self, rejects):
+        import json
+
+        return (
+            rejects
+            | "Json" >> beam.Map(lambda row: json.dumps(row, ensure_ascii=False, sort_keys=True))
+            | "Write" >> beam.io.WriteToText(self.path, shard_name_template="", num_shards=1)
+        )
+
+
+def _tft_row(facts):
+    import numpy as np
+
+    return {
+        "label_text": facts.label_text,
+        "pixel_mean": np.asarray(facts.pixel_mean, dtype=np.float32),
+        "pixel_sq_mean": np.asarray(facts.pixel_sq_mean, dtype=np.float32),
+    }
+
+
+class AnalyzeStatistics(beam.PTransform):
+    """Training-split Facts to the tf.Transform output (transform_fn/, transformed_metadata/)."""
+
+    def __init__(self, label_names, channels, output_dir, temp_dir):
+        super().__init__()
+        self.label_names, self.channels = list(label_names), channels
+        self.output_dir, self.temp_dir = output_dir, temp_dir
+
+    def expand(self, facts):
+        import tensorflow_transform.beam as tft_beam
+        from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+
+        from beam_etl import analyze
+
+        metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(analyze.raw_feature_spec(self.channels)))
+        rows = (
+            facts
+            | "Train" >> beam.Filter(lambda f: f.split == "train")
+            | "Row" >> beam.Map(_tft_row)
+        )
+        with tft_beam.Context(temp_dir=self.temp_dir, force_tf_compat_v1=False):
+            transform_fn = (rows, metadata) | "Analyze" >> tft_beam.AnalyzeDataset(analyze.make_preprocessing_fn(self.label_names))
+            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self.output_dir)
