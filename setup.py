@@ -26,5 +26,5 @@ setuptools.setup(
         "dask": ["apache-beam[dask]==2.77.0"],
         "dev": ["pytest==9.2.0", "mlxtend==0.25.0"],
     },
-    entry_points={"console_scripts": ["beam-etl=beam_etl.cli:main", "trainer=trainer.cli:main"]},
+    entry_points={"console_scripts": ["beam-etl=beam_etl.cli:run", "trainer=trainer.cli:main"]},
 )

@@ -1,5 +1,5 @@
 """`python -m beam_etl` is `beam-etl`."""
 
-from beam_etl.cli import main
+from beam_etl.cli import run
 
-raise SystemExit(main())
+run()

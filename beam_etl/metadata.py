@@ -9,7 +9,7 @@ import uuid
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import analyze, schema
+from beam_etl import schema
 
 DATASET_JSON = "dataset.json"
 REJECTED_JSONL = "rejected.jsonl"
@@ -66,6 +66,8 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
     written = sum(s["examples"] for s in splits.values())
     if written + rejected != inputs:
         raise IncompleteDataset(f"{inputs} inputs but {written} written + {rejected} rejected: records were lost or duplicated")
+    from beam_etl import analyze  # imports TensorFlow: only once there is something to describe
+
     compression = options["compression"]
     return {
         "format_version": FORMAT_VERSION,

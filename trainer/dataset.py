@@ -92,6 +92,11 @@ class DatasetInfo:
             raise DatasetError(f"{self.data_dir}: split {split!r} has no shards; convert with more images in it")
         return [_join(self.data_dir, shard["file"]) for shard in shards]
 
+    def shard_examples(self, split: str) -> dict:
+        """Shard path -> how many records it holds."""
+        shards = self._split(split)["shards"]
+        return {_join(self.data_dir, shard["file"]): int(shard["examples"]) for shard in shards}
+
     def examples(self, split: str) -> int:
         """How many records the split holds."""
         return int(self._split(split)["examples"])

@@ -121,6 +121,9 @@ def make_dataset(
         num_parallel_calls=AUTOTUNE,
         deterministic=not training,
     )
+    # The record count is in dataset.json; telling tf.data lets Keras size evaluation epochs.
+    records = sum(info.shard_examples(split)[f] for f in files)
+    ds = ds.apply(tf.data.experimental.assert_cardinality(records))
     fits = _share_bytes(info, split, len(files), input_context) <= cache_budget_bytes
     if training and fits:
         ds = ds.cache()  # 7 (training): raw records, so augmentation stays random every epoch

