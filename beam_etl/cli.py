@@ -29,6 +29,25 @@ def _convert_parser(sub):
     p.add_argument("--compression", choices=("none", "gzip"), default="none", help="gzip saves little on JPEG bytes and writes ~35x slower")
     p.add_argument("--max_reject_fraction", type=float, default=0.05, help="fail the job when more inputs than this are rejected")
     p.add_argument("--overwrite", action="store_true", help="replace a complete dataset already in --output")
+    p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
+    p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
+    p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
+    p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
+    return p
+
+
+def _inspect_parser(sub):
+    p = sub.add_parser("inspect", help="report on a dataset directory", description="Print a dataset's splits, shard sizes, class histograms, image sizes, rejects, duplicates and split leakage, read from dataset.json and the shards.")
+    p.add_argument("dir", help="a dataset directory written by `beam-etl convert`")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
+    p.add_argument("--preview", help="also write a contact sheet of decoded images to this PNG file")
+    p.add_argument("--per_class", type=int, default=8, help="images per class in the --preview sheet")
+    return p
+
+
+def _index_parser(sub):
+    p = sub.add_parser("index", help="add DALI index files to a dataset", description="Write SHARD.idx beside every shard of an uncompressed dataset, in DALI's tfrecord2idx format, and record it in dataset.json.")
+    p.add_argument("dir", help="a dataset directory written by `beam-etl convert --compression none`")
     return p
 
 
@@ -51,7 +70,26 @@ def _pipeline_options(beam_args):
     return options
 
 
-def _config(args):
+def _writer(args, beam_args) -> str:
+    """Which shard writer: see README 'Writing shards'."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    writer = args.writer
+    if writer == "auto":
+        runner = PipelineOptions(beam_args).view_as(StandardOptions).runner or "DirectRunner"
+        writer = "staged" if runner.split(".")[-1] in ("DirectRunner", "direct", "SwitchingDirectRunner") else "tfrecordio"
+    if writer == "tfrecordio":
+        from beam_etl import sharding
+
+        if sharding.parse_num_shards(args.num_shards) is None:
+            raise ValueError(
+                "beam.io.WriteToTFRecord fixes the shard count when the graph is built: give --num_shards N "
+                "or --num_shards train=N,validation=M (a split not named gets 1), or pass --writer staged"
+            )
+    return writer
+
+
+def _config(args, beam_args=()):
     from beam_etl import images, sharding, sources
     from beam_etl.pipeline import ConvertConfig
 
@@ -65,6 +103,8 @@ def _config(args):
         raise ValueError("--validation_fraction + --test_fraction must leave some training data")
     if args.shard_size_mb <= 0 or args.max_file_mb <= 0:
         raise ValueError("--shard_size_mb and --max_file_mb must be positive")
+    if args.write_index and args.compression != "none":
+        raise ValueError(f"--write_index needs --compression none: DALI indexes only uncompressed TFRecords, and --compression is {args.compression}")
     policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels)
     sources.check_inputs(args.input, labels)
     label_names = sorted(labels) if labels is not None else sources.label_names(args.input)
@@ -83,6 +123,8 @@ def _config(args):
         compression=args.compression,
         max_reject_fraction=args.max_reject_fraction,
         max_file_mb=args.max_file_mb,
+        writer=_writer(args, list(beam_args)),
+        write_index=args.write_index,
     )
 
 
@@ -120,24 +162,65 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     import apache_beam as beam
 
-    from beam_etl import pipeline, report, sources
+    from beam_etl import pipeline, progress, report, sources
 
     started = time.time()
     try:
-        config = _config(args)
+        config = _config(args, beam_args)
         _prepare_output(config.output, args.overwrite)
         options = _pipeline_options(beam_args)
     except (ValueError, sources.InputError) as e:
         return _usage_error(str(e))
     p = beam.Pipeline(options=options)
-    pipeline.build(p, config)
+    live = progress.is_direct(options) and args.progress != "none"
+    staging = pipeline.build(p, config, live_progress=live)
     try:
-        result = p.run()
-        result.wait_until_finish()
+        with progress.Reporter(args.progress if live else "none", progress.progress_folder(staging), config.inputs, args.progress_interval) as reporter:
+            result = p.run()  # on the DirectRunner this returns when the job is done
+            if not live:
+                print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
+            result.wait_until_finish()
+            reporter.finish(result)
     except Exception as e:  # noqa: BLE001 - a Beam job failure surfaces as any type; report it in one line
         print(f"beam-etl: conversion failed: {_root_cause(e)}", file=sys.stderr)
         return EXIT_FAILED
     report.print_summary(config.output, time.time() - started)
+    return 0
+
+
+def inspect_command(args) -> int:
+    """`beam-etl inspect DIR`: the report on stdout, and the --preview sheet."""
+    import json
+
+    from beam_etl import inspect, tfrecord
+
+    if args.per_class < 1:
+        return _usage_error(f"--per_class must be at least 1, got {args.per_class}")
+    try:
+        report = inspect.build_report(args.dir, preview_per_class=args.per_class if args.preview else 0)
+        if args.preview:
+            inspect.write_preview(report, args.preview)
+    except inspect.NotADataset as e:
+        return _usage_error(str(e))
+    except (OSError, tfrecord.CorruptRecord) as e:
+        print(f"beam-etl: inspect failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(json.dumps(inspect.to_json(report), indent=2) if args.json else "\n".join(inspect.text_lines(report)))
+    return 0
+
+
+def index_command(args) -> int:
+    """`beam-etl index DIR`: a DALI index beside every shard of a finished dataset."""
+    from beam_etl import index, tfrecord
+
+    try:
+        count = index.index_dataset(args.dir.rstrip("/"))
+    except index.NotIndexable as e:
+        return _usage_error(str(e))
+    except (OSError, tfrecord.CorruptRecord) as e:
+        print(f"beam-etl: index failed: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {count} index files in {args.dir}")
     return 0
 
 
@@ -146,10 +229,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="beam-etl", description="Convert images to sharded TFRecords with Apache Beam.")
     sub = parser.add_subparsers(dest="command", required=True)
     _convert_parser(sub)
+    _inspect_parser(sub)
+    _index_parser(sub)
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
     if args.command == "convert":
         return convert(args, beam_args)
+    if beam_args:
+        return _usage_error(f"unrecognized arguments for {args.command}: {' '.join(beam_args)}")
+    if args.command == "inspect":
+        return inspect_command(args)
+    if args.command == "index":
+        return index_command(args)
     return _usage_error(f"unknown command {args.command!r}")
 
 

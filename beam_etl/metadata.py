@@ -14,7 +14,7 @@ from beam_etl import schema
 DATASET_JSON = "dataset.json"
 REJECTED_JSONL = "rejected.jsonl"
 TRANSFORM_DIRS = ("transform_fn", "transformed_metadata")
-_SHARD = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+_SHARD = re.compile(r"^[a-z]+-\d{5}-of-\d{5}\.tfrecord(\.gz|\.idx)?$")  # .idx: a DALI index, replaced with its shard
 FORMAT_VERSION = 1
 
 
@@ -47,6 +47,8 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
         split["examples"] += info["examples"]
         split["bytes"] += info["bytes"]
         split["shards"].append({k: info[k] for k in ("file", "examples", "bytes", "sha256")})
+        if info.get("indexed"):
+            split["shards"][-1]["index"] = split["index"] = True
     encoded = {}
     for (split, label), n in label_counts:
         encoded[split] = encoded.get(split, 0) + n
@@ -149,6 +151,8 @@ def publish(staging: str, output: str, document: dict) -> None:
     for split in document["splits"].values():
         for shard in split["shards"]:
             _move(FileSystems.join(staging, "shards", shard["file"]), FileSystems.join(output, shard["file"]))
+            if shard.get("index"):
+                _move(FileSystems.join(staging, "shards", shard["file"] + ".idx"), FileSystems.join(output, shard["file"] + ".idx"))
     for name in TRANSFORM_DIRS:
         base = FileSystems.join(staging, "analysis", name)
         for path in _files_under(base):

@@ -6,8 +6,8 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata
-from beam_etl.transforms import REJECTS, AnalyzeStatistics, EncodeExamples, ListImages, WriteRejects, WriteShards
+from beam_etl import images, metadata, progress
+from beam_etl.transforms import REJECTS, AnalyzeStatistics, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +26,8 @@ class ConvertConfig:
     compression: str = "none"
     max_reject_fraction: float = 0.05
     max_file_mb: float = 64.0
+    writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
+    write_index: bool = False  # a DALI .idx beside each shard (staged writer only)
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
@@ -68,8 +70,11 @@ class _PublishFn(beam.DoFn):
         yield document
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "") -> str:
-    """Wire the convert pipeline into `p`; returns the staging folder it uses."""
+def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
+    """Wire the convert pipeline into `p`; returns the staging folder it uses.
+
+    live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
+    """
     staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
     refs, fingerprint = p | "ListImages" >> ListImages(config.inputs)
     inputs = refs | "CountInputs" >> beam.combiners.Count.Globally()
@@ -81,14 +86,19 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "") -> str:
         config.validation_fraction,
         config.test_fraction,
         int(config.max_file_mb * 1e6),
+        progress.progress_folder(staging) if live_progress else None,
     )
-    shards = encoded.records | "WriteShards" >> WriteShards(
-        FileSystems.join(staging, "chunks"),
-        FileSystems.join(staging, "shards"),
-        config.num_shards,
-        config.shard_size_mb,
-        config.compression,
-    )
+    if config.writer == "tfrecordio":
+        shards = encoded.records | "WriteShards" >> WriteShardsWithTFRecordIO(FileSystems.join(staging, "shards"), config.num_shards, config.compression)
+    else:
+        shards = encoded.records | "WriteShards" >> WriteShards(
+            FileSystems.join(staging, "chunks"),
+            FileSystems.join(staging, "shards"),
+            config.num_shards,
+            config.shard_size_mb,
+            config.compression,
+            config.write_index,
+        )
     # shards: one dict per shard written
     label_counts = (
         encoded.facts

@@ -9,7 +9,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import records, sharding, sources, tfrecord
+from beam_etl import progress, records, sharding, sources, tfrecord
 from beam_etl.images import Rejected
 
 NAMESPACE = "beam_etl"
@@ -53,8 +53,9 @@ class ListImages(beam.PTransform):
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, policy, label_ids, schema_name, validation_fraction, test_fraction, max_file_bytes):
+    def __init__(self, policy, label_ids, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir=None):
         self.policy = policy
+        self.progress_dir = progress_dir
         self.label_ids = label_ids
         self.schema_name = schema_name
         self.fractions = (validation_fraction, test_fraction)
@@ -64,6 +65,12 @@ class _EncodeFn(beam.DoFn):
         self.rejected = Metrics.counter(NAMESPACE, "images_rejected")
         self.bytes = Metrics.counter(NAMESPACE, "bytes_encoded")
 
+    def setup(self):
+        self.progress = progress.tally(self.progress_dir)  # live counts for the launcher; see progress.py
+
+    def finish_bundle(self):
+        self.progress.flush()
+
     def process(self, ref):
         try:
             records.check_label(ref, self.label_ids)  # before reading: a bad label costs no I/O
@@ -71,10 +78,12 @@ class _EncodeFn(beam.DoFn):
             split, example, facts = records.make_record(ref, data, self.policy, self.label_ids, self.schema_name, *self.fractions)
         except Rejected as r:
             self.rejected.inc()
+            self.progress.add(rejected=1)
             Metrics.counter(NAMESPACE, f"rejected_{r.reason}").inc()
             yield beam.pvalue.TaggedOutput(REJECTS, records.reject_row(ref, r.reason, r.message))
             return
         self.written.inc()
+        self.progress.add(encoded=1)
         self.bytes.inc(len(example))
         if facts.passthrough:
             self.passthrough.inc()
@@ -85,9 +94,9 @@ class _EncodeFn(beam.DoFn):
 class EncodeExamples(beam.PTransform):
     """ImageRefs to (split, Example bytes), with Facts and rejects as tagged outputs."""
 
-    def __init__(self, policy, label_names, schema_name, validation_fraction, test_fraction, max_file_bytes):
+    def __init__(self, policy, label_names, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir=None):
         super().__init__()
-        self.fn = _EncodeFn(policy, {name: i for i, name in enumerate(label_names)}, schema_name, validation_fraction, test_fraction, max_file_bytes)
+        self.fn = _EncodeFn(policy, {name: i for i, name in enumerate(label_names)}, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir)
 
     def expand(self, refs):
         return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", main="records")
@@ -141,9 +150,10 @@ class _PlanFn(beam.DoFn):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, shard_dir, compression):
+    def __init__(self, shard_dir, compression, write_index=False):
         self.shard_dir = shard_dir
         self.compression = compression
+        self.write_index = write_index
         self.shards = Metrics.counter(NAMESPACE, "shards_written")
 
     def process(self, task):
@@ -152,11 +162,15 @@ class _WriteShardFn(beam.DoFn):
         final = FileSystems.join(self.shard_dir, name)
         temp = FileSystems.join(self.shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
         examples, nbytes, digest = sharding.write_shard(chunks, index, count, temp, self.compression, seed=split)
+        if self.write_index:  # from the temp file: the shard is just written, so it is read from the page cache
+            from beam_etl.index import index_name, write_index
+
+            write_index(temp, FileSystems.join(self.shard_dir, index_name(name)), check=False)
         if FileSystems.exists(final):  # a retried task: the first copy has the same records
             FileSystems.delete([final])
         FileSystems.rename([temp], [final])
         self.shards.inc()
-        yield {"split": split, "file": name, "index": index, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest}
+        yield {"split": split, "file": name, "index": index, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest, "indexed": self.write_index}
 
 
 class WriteShards(beam.PTransform):
@@ -168,10 +182,11 @@ class WriteShards(beam.PTransform):
     in the dataset size; see README 'Why not WriteToTFRecord locally'.
     """
 
-    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression):
+    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False):
         super().__init__()
         self.chunk_dir, self.shard_dir = chunk_dir, shard_dir
         self.num_shards, self.shard_size_mb, self.compression = num_shards, shard_size_mb, compression
+        self.write_index = write_index
 
     def expand(self, examples):
         split_bytes = (
@@ -187,7 +202,7 @@ class WriteShards(beam.PTransform):
             | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb), chunk_bytes=beam.pvalue.AsDict(split_bytes))
             # (split, shard index, shard count, [(chunk path, examples)])
             | "SpreadShards" >> beam.Reshuffle()
-            | "Write" >> beam.ParDo(_WriteShardFn(self.shard_dir, self.compression))
+            | "Write" >> beam.ParDo(_WriteShardFn(self.shard_dir, self.compression, self.write_index))
         )
 
 
@@ -241,3 +256,63 @@ class AnalyzeStatistics(beam.PTransform):
         with tft_beam.Context(temp_dir=self.temp_dir, force_tf_compat_v1=False):
             transform_fn = (rows, metadata) | "Analyze" >> tft_beam.AnalyzeDataset(analyze.make_preprocessing_fn(self.label_names))
             return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self.output_dir)
+
+
+class _DescribeShardFn(beam.DoFn):
+    """A shard file written by WriteToTFRecord to the dict _WriteShardFn would have emitted."""
+
+    def __init__(self, compression):
+        self.compression = compression
+
+    def process(self, path, split_counts):
+        import posixpath
+        import re
+
+        name = posixpath.basename(path)
+        split, index, count = re.match(r"^([a-z]+)-(\d{5})-of-(\d{5})\.", name).groups()
+        if not split_counts.get(split):
+            FileSystems.delete([path])  # a split with no records gets no empty shards
+            return
+        ctype = CompressionTypes.GZIP if self.compression == "gzip" else CompressionTypes.UNCOMPRESSED
+        with FileSystems.open(path, compression_type=ctype) as f:
+            examples = sum(1 for _ in tfrecord.iter_framed(f, path))
+        nbytes, digest = sharding.file_digest(path)
+        yield {"split": split, "file": name, "index": int(index), "count": int(count), "examples": examples, "bytes": nbytes, "sha256": digest}
+
+
+class WriteShardsWithTFRecordIO(beam.PTransform):
+    """(split, Example bytes) to shards with beam.io.WriteToTFRecord, for runners with a real shuffle.
+
+    WriteToTFRecord groups the payloads themselves by shard: on Dataflow and Flink that is
+    the runner's distributed shuffle; on the DirectRunner it holds the split in memory.
+    Its shard count is fixed when the graph is built, so it needs --num_shards.
+    """
+
+    def __init__(self, shard_dir, num_shards, compression, splits=sources.SPLITS):
+        super().__init__()
+        self.shard_dir, self.num_shards, self.compression, self.splits = shard_dir, num_shards, compression, splits
+
+    def expand(self, examples):
+        split_counts = examples | "SplitOf" >> beam.Map(lambda kv: kv[0]) | "CountSplits" >> beam.combiners.Count.PerElement()
+        written = []
+        for split in self.splits:
+            count = self.num_shards if isinstance(self.num_shards, int) else self.num_shards.get(split, 1)
+            written.append(
+                examples
+                | f"Only_{split}" >> beam.Filter(lambda kv, s=split: kv[0] == s)
+                | f"Payload_{split}" >> beam.Map(lambda kv: kv[1])
+                | f"Write_{split}"
+                >> beam.io.WriteToTFRecord(
+                    FileSystems.join(self.shard_dir, split),
+                    num_shards=count,
+                    shard_name_template="-SSSSS-of-NNNNN",
+                    file_name_suffix=sharding.suffix(self.compression),
+                    compression_type=CompressionTypes.GZIP if self.compression == "gzip" else CompressionTypes.UNCOMPRESSED,
+                )
+            )
+        return (
+            written
+            | "AllShards" >> beam.Flatten()
+            # shard file paths
+            | "Describe" >> beam.ParDo(_DescribeShardFn(self.compression), split_counts=beam.pvalue.AsDict(split_counts))
+        )

@@ -199,3 +199,21 @@ def test_output_that_cannot_be_written(tmp_path):
     blocker.write_text("x")
     proc = run_convert("--input", src, "--output", blocker / "sub", check=False)
     assert proc.returncode == 2 and f"--output {blocker / 'sub'}: cannot create it" in proc.stderr
+
+
+def test_tfrecordio_writer_gives_the_same_records(converted, tmp_path):
+    root, _, out, _ = converted
+    other = tmp_path / "ds"
+    run_convert("--input", root, "--output", other, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1", "--max_reject_fraction", "0.5", "--writer", "tfrecordio")
+    first, second = (json.loads((d / "dataset.json").read_text()) for d in (out, other))
+    for split in first["splits"]:
+        assert sorted(r["key"] for r in read_records(out, first, split)) == sorted(r["key"] for r in read_records(other, second, split))
+        assert [s["file"] for s in first["splits"][split]["shards"]] == [s["file"] for s in second["splits"][split]["shards"]]
+    assert first["rejected"] == second["rejected"]
+
+
+def test_tfrecordio_writer_needs_a_shard_count(tmp_path):
+    src = tmp_path / "src"
+    make_folder(src, seeds=range(3))
+    proc = run_convert("--input", src, "--output", tmp_path / "out", "--writer", "tfrecordio", check=False)
+    assert proc.returncode == 2 and "WriteToTFRecord fixes the shard count" in proc.stderr
