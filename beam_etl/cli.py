@@ -51,6 +51,30 @@ def _index_parser(sub):
     return p
 
 
+def _verify_parser(sub):
+    p = sub.add_parser("verify", help="re-read a dataset and check it against dataset.json", description="Re-read every shard: CRCs, record counts, sizes and sha256 against dataset.json, and decode every image. Exits 1 on any mismatch.")
+    p.add_argument("data_dir")
+    p.add_argument("--no_decode", action="store_true", help="skip decoding the images (CRCs, counts and checksums only)")
+    return p
+
+
+def verify(args) -> int:
+    """Check a dataset; returns the exit code."""
+    from beam_etl import metadata
+    from beam_etl.verify import verify as run_checks
+
+    if not metadata.is_complete(args.data_dir):
+        return _usage_error(f"{args.data_dir}: no dataset.json, so not a complete dataset; convert into it first")
+    problems = run_checks(args.data_dir, decode=not args.no_decode)
+    for problem in problems:
+        print(f"beam-etl verify: {problem}", file=sys.stderr)
+    if problems:
+        print(f"FAILED: {len(problems)} problems in {args.data_dir}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"OK: {args.data_dir} matches its dataset.json")
+    return 0
+
+
 def _usage_error(message: str) -> int:
     print(f"beam-etl: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -229,6 +253,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="beam-etl", description="Convert images to sharded TFRecords with Apache Beam.")
     sub = parser.add_subparsers(dest="command", required=True)
     _convert_parser(sub)
+    _verify_parser(sub)
     _inspect_parser(sub)
     _index_parser(sub)
     args, beam_args = parser.parse_known_args(argv)
@@ -236,6 +261,10 @@ def main(argv=None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
     if args.command == "convert":
         return convert(args, beam_args)
+    if beam_args:
+        return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
+    if args.command == "verify":
+        return verify(args)
     if beam_args:
         return _usage_error(f"unrecognized arguments for {args.command}: {' '.join(beam_args)}")
     if args.command == "inspect":

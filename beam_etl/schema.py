@@ -90,3 +90,96 @@ def encode_example(values: dict, schema: str = "default") -> bytes:
         entry = _field(1, name.encode("utf-8")) + _field(2, _feature(DTYPES[role], values[role]))
         entries.append(_field(1, entry))  # Features.feature map entry
     return _field(1, b"".join(entries))  # Example.features
+
+
+def _read_varint(data: bytes, pos: int):
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: bytes):
+    """Yield (field number, wire type, value) of a protobuf message; value is bytes or an int."""
+    pos = 0
+    while pos < len(data):
+        tag, pos = _read_varint(data, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 2:
+            length, pos = _read_varint(data, pos)
+            if pos + length > len(data):
+                raise ValueError("truncated field")
+            yield number, wire, data[pos : pos + length]
+            pos += length
+        elif wire == 0:
+            value, pos = _read_varint(data, pos)
+            yield number, wire, value
+        elif wire == 5:
+            yield number, wire, data[pos : pos + 4]
+            pos += 4
+        elif wire == 1:
+            yield number, wire, data[pos : pos + 8]
+            pos += 8
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _decode_feature(data: bytes) -> list:
+    values = []
+    for kind, _, payload in _fields(data):
+        for number, wire, value in _fields(payload):
+            if number != 1:
+                continue
+            if kind == 1:  # bytes_list
+                values.append(value)
+            elif kind == 3:  # int64_list, packed or not
+                if wire == 0:
+                    values.append(_signed(value))
+                else:
+                    pos = 0
+                    while pos < len(value):
+                        v, pos = _read_varint(value, pos)
+                        values.append(_signed(v))
+            elif kind == 2:  # float_list: packed (wire 2) or one fixed32 (wire 5), both raw bytes
+                values.extend(struct.unpack(f"<{len(value) // 4}f", value))
+    return values
+
+
+def decode_example(serialized: bytes) -> dict:
+    """Feature name -> list of values of a serialised tf.train.Example, without TensorFlow."""
+    out = {}
+    for number, _, features in _fields(serialized):
+        if number != 1:
+            continue
+        for _, _, entry in _fields(features):
+            name, value = None, b""
+            for field, _, payload in _fields(entry):
+                if field == 1:
+                    name = payload.decode("utf-8")
+                elif field == 2:
+                    value = payload
+            if name is not None:
+                out[name] = _decode_feature(value)
+    return out
+
+
+def by_role(serialized: bytes, schema_name: str = "default") -> dict:
+    """A record's values by role: bytes for strings, int for int64."""
+    decoded = decode_example(serialized)
+    out = {}
+    for role, name in names(schema_name).items():
+        values = decoded.get(name)
+        if not values:
+            raise ValueError(f"the record has no feature {name!r} ({role})")
+        out[role] = values[0]
+    return out

@@ -34,3 +34,15 @@ def mnist_dataset(mnist_folder, tmp_path_factory):
     out = tmp_path_factory.mktemp("mnist_dataset") / "ds"
     run_convert("--input", mnist_folder, "--output", out, "--channels", "1", "--image_format", "png", "--validation_fraction", "0.1", "--num_shards", "train=4,validation=2")
     return out
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """Twelve real-sized photos in three classes, converted; copy it before damaging it."""
+    from tests.corpus import make_folder
+
+    root = tmp_path_factory.mktemp("small_src") / "photos"
+    make_folder(root)
+    out = tmp_path_factory.mktemp("small_dataset") / "ds"
+    run_convert("--input", root, "--output", out, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1")
+    return out

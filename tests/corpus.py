@@ -47,3 +47,19 @@ def bomb_png(width=100_000, height=100_000) -> bytes:
 
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def make_folder(root, seeds=range(12), extra=()):
+    """Three classes of small JPEG and PNG photos under root, plus `extra` {relpath: bytes}."""
+    files = {}
+    for i in seeds:
+        label = ["ant", "bee", "cow"][i % 3]
+        if i % 4 == 0:
+            files[f"{label}/img_{i}.png"] = encode(photo(64 + i, 48, seed=i), "PNG")
+        else:
+            files[f"{label}/img_{i}.jpg"] = jpeg(64 + i, 48, seed=i)
+    files.update(extra)
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    return files

@@ -10,26 +10,11 @@ import pytest
 from PIL import Image
 
 from tests import corpus
+from tests.corpus import make_folder
 from tests.conftest import run_convert
 
 tf = pytest.importorskip("tensorflow")
 SHARD = re.compile(r"^(train|validation|test)-(\d{5})-of-(\d{5})\.tfrecord(\.gz)?$")
-
-
-def make_folder(root, seeds=range(12), extra=()):
-    """Three classes of real-sized JPEG and PNG photos, a few broken files, one loose file."""
-    files = {}
-    for i in seeds:
-        label = ["ant", "bee", "cow"][i % 3]
-        if i % 4 == 0:
-            files[f"{label}/img_{i}.png"] = corpus.encode(corpus.photo(64 + i, 48, seed=i), "PNG")
-        else:
-            files[f"{label}/img_{i}.jpg"] = corpus.jpeg(64 + i, 48, seed=i)
-    files.update(extra)
-    for rel, data in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    return files
 
 
 BROKEN = {

@@ -55,3 +55,30 @@ def test_imagenet_names_are_the_tf_slim_ones():
 def test_unknown_schema_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown schema 'coco'"):
         schema.names("coco")
+
+
+@pytest.mark.parametrize("schema_name", ["default", "imagenet"])
+def test_decode_example_reads_tensorflow_serialised_records(schema_name):
+    names = schema.names(schema_name)
+    feature = {}
+    for role, value in VALUES.items():
+        if isinstance(value, int):
+            feature[names[role]] = tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        else:
+            data = value.encode("utf-8") if isinstance(value, str) else value
+            feature[names[role]] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[data]))
+    feature["extra/floats"] = tf.train.Feature(float_list=tf.train.FloatList(value=[0.5, -2.0]))
+    serialized = tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    decoded = schema.decode_example(serialized)
+    assert decoded["extra/floats"] == [0.5, -2.0]
+    record = schema.by_role(serialized, schema_name)
+    for role, value in VALUES.items():
+        assert record[role] == (value.encode("utf-8") if isinstance(value, str) else value)
+    assert schema.by_role(schema.encode_example(dict(VALUES, label=-3)), "default")["label"] == -3
+
+
+def test_decode_example_errors():
+    with pytest.raises(ValueError, match="no feature 'image'"):
+        schema.by_role(b"", "default")
+    with pytest.raises(ValueError, match="truncated"):
+        schema.decode_example(schema.encode_example(VALUES)[:-5])
