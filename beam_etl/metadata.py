@@ -39,7 +39,10 @@ def versions() -> dict:
     return out
 
 
-def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict) -> dict:
+MAX_LISTED_LEAKS = 100  # dataset.json lists this many leakage groups with their keys, and counts all
+
+
+def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict, leaks=(), duplicates=()) -> dict:
     """The dataset.json document; raises IncompleteDataset when the counts do not reconcile."""
     splits = {}
     for info in sorted(shards, key=lambda s: (s["split"], s["index"])):
@@ -86,6 +89,10 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
         "statistics": statistics,
         "transform": analyze.transform_contract(options["channels"]),
         "rejected": {"total": rejected, "by_reason": dict(sorted(reject_counts.items())), "file": REJECTED_JSONL},
+        # Same stored bytes more than once; 'removed' are the ones --dedup dropped (same pixels).
+        "duplicates": {"extra_copies": sum(duplicates), "removed": reject_counts.get("duplicate", 0)},
+        # Images stored in more than one split: train/validation leakage.
+        "leakage": {"images": len(leaks), "groups": sorted(leaks, key=lambda g: g["sha256"])[:MAX_LISTED_LEAKS]},
         "inputs": inputs,
         "options": options,
         "versions": versions(),

@@ -6,7 +6,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata, progress
+from beam_etl import images, metadata, progress, records
 from beam_etl.transforms import REJECTS, AnalyzeStatistics, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
 
 
@@ -28,6 +28,7 @@ class ConvertConfig:
     max_file_mb: float = 64.0
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
     write_index: bool = False  # a DALI .idx beside each shard (staged writer only)
+    dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
@@ -44,13 +45,14 @@ class _PublishFn(beam.DoFn):
     def __init__(self, config: ConvertConfig, staging: str):
         self.config, self.staging = config, staging
 
-    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, analysis_done, rejects_done):
+    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, analysis_done, rejects_done):
         from beam_etl import analyze
 
         config = self.config
-        rejected = sum(reject_counts.values())
+        removed = reject_counts.get(images.DUPLICATE, 0)  # asked for with --dedup: not a failure
+        rejected = sum(reject_counts.values()) - removed
         try:
-            metadata.check_reject_fraction(rejected, inputs, config.max_reject_fraction, config.output)
+            metadata.check_reject_fraction(rejected, inputs - removed, config.max_reject_fraction, config.output)
         except metadata.TooManyRejects:
             metadata.move_rejects(self.staging, config.output)  # so the user can see why
             raise
@@ -64,10 +66,25 @@ class _PublishFn(beam.DoFn):
             inputs=inputs,
             fingerprint=fingerprint,
             statistics=statistics,
+            leaks=leaks,
+            duplicates=duplicates,
         )
         metadata.publish(self.staging, config.output, document)
         FileSystems.delete([self.staging])
         yield document
+
+
+class _KeptFacts(beam.DoFn):
+    """Facts of the records that --dedup keeps."""
+
+    def __init__(self):
+        self.dropped = None
+
+    def process(self, facts, dropped):
+        if self.dropped is None:  # one global window, so one side input value: build the set once
+            self.dropped = set(dropped)
+        if facts.key not in self.dropped:
+            yield facts
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
@@ -88,8 +105,30 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         int(config.max_file_mb * 1e6),
         progress.progress_folder(staging) if live_progress else None,
     )
+    facts, dropped_keys, dropped_rows = encoded.facts, None, None
+    if config.dedup:
+        dropped_rows = (
+            encoded.facts
+            | "ByPixels" >> beam.Map(lambda f: (f.pixel_sha256, (f.key, f.split, f.label_text, f.uri)))
+            | "GroupPixels" >> beam.GroupByKey()
+            | "Duplicates" >> beam.FlatMapTuple(records.duplicates_to_drop)
+        )
+        dropped_keys = dropped_rows | "DroppedKey" >> beam.Map(lambda row: row["key"])
+        facts = encoded.facts | "Kept" >> beam.ParDo(_KeptFacts(), dropped=beam.pvalue.AsList(dropped_keys))
+    # facts: one per record that will be written
+    by_bytes = (
+        facts
+        | "ByBytes" >> beam.Map(lambda f: (f.sha256, (f.split, f.key)))
+        | "GroupBytes" >> beam.GroupByKey()
+        | "Repeated" >> beam.Filter(lambda kv: len(kv[1]) > 1)
+        # (stored-bytes sha256, [(split, key), ...]) for images stored more than once
+    )
+    leaks = by_bytes | "Leakage" >> beam.MapTuple(records.leakage) | "Leaks" >> beam.Filter(lambda group: group is not None)
+    duplicates = by_bytes | "CountExtra" >> beam.MapTuple(lambda _, members: len(list(members)) - 1)
     if config.writer == "tfrecordio":
-        shards = encoded.records | "WriteShards" >> WriteShardsWithTFRecordIO(FileSystems.join(staging, "shards"), config.num_shards, config.compression)
+        shards = encoded.records | "WriteShards" >> WriteShardsWithTFRecordIO(
+            FileSystems.join(staging, "shards"), config.num_shards, config.compression, config.schema, dropped_keys
+        )
     else:
         shards = encoded.records | "WriteShards" >> WriteShards(
             FileSystems.join(staging, "chunks"),
@@ -98,17 +137,19 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             config.shard_size_mb,
             config.compression,
             config.write_index,
+            config.schema,
+            dropped_keys,
         )
     # shards: one dict per shard written
     label_counts = (
-        encoded.facts
+        facts
         | "SplitLabel" >> beam.Map(lambda f: (f.split, f.label_text))
         | "CountLabels" >> beam.combiners.Count.PerElement()
     )
-    rejects = encoded[REJECTS]
+    rejects = encoded[REJECTS] if dropped_rows is None else (encoded[REJECTS], dropped_rows) | "AllRejects" >> beam.Flatten()
     reject_counts = rejects | "Reason" >> beam.Map(lambda row: row["reason"]) | "CountReasons" >> beam.combiners.Count.PerElement()
     rejects_written = rejects | "WriteRejects" >> WriteRejects(FileSystems.join(staging, metadata.REJECTED_JSONL))
-    analysis = encoded.facts | "AnalyzeStatistics" >> AnalyzeStatistics(
+    analysis = facts | "AnalyzeStatistics" >> AnalyzeStatistics(
         config.label_names, config.policy.channels, FileSystems.join(staging, "analysis"), FileSystems.join(staging, "tft_tmp")
     )
     _ = (
@@ -122,6 +163,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             reject_counts=beam.pvalue.AsDict(reject_counts),
             inputs=beam.pvalue.AsSingleton(inputs),
             fingerprint=beam.pvalue.AsSingleton(fingerprint),
+            leaks=beam.pvalue.AsList(leaks),
+            duplicates=beam.pvalue.AsList(duplicates),
             analysis_done=beam.pvalue.AsList(analysis),
             rejects_done=beam.pvalue.AsList(rejects_written),
         )

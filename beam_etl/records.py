@@ -21,6 +21,8 @@ class Facts(typing.NamedTuple):
     pixel_sq_mean: tuple
     pixel_sha256: str
     passthrough: bool
+    sha256: str  # of the stored image bytes
+    uri: str
 
 
 def check_label(ref: ImageRef, label_ids: dict) -> int:
@@ -52,8 +54,29 @@ def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: di
         },
         schema_name,
     )
-    facts = Facts(split, ref.key, label, ref.label, canon.height, canon.width, len(example), canon.pixel_mean, canon.pixel_sq_mean, canon.pixel_sha256, canon.passthrough)
+    facts = Facts(split, ref.key, label, ref.label, canon.height, canon.width, len(example), canon.pixel_mean, canon.pixel_sq_mean, canon.pixel_sha256, canon.passthrough, canon.sha256, ref.uri)
     return split, example, facts
+
+
+def duplicates_to_drop(pixel_sha256: str, members):
+    """Of records with the same pixels [(key, split, label, uri)], all but the first by key, as reject rows."""
+    members = sorted(members)
+    kept = members[0][0]
+    for key, split, label, uri in members[1:]:
+        yield {"path": uri, "key": key, "label": label, "reason": "duplicate", "message": f"same pixels as {kept} (kept); sha256 of pixels {pixel_sha256[:16]}"}
+
+
+def leakage(sha256: str, members):
+    """One image stored in several splits [(split, key)]: a leakage group, or None."""
+    splits = {}
+    for split, key in sorted(members):
+        splits.setdefault(split, []).append(key)
+    return {"sha256": sha256, "keys": splits} if len(splits) > 1 else None
+
+
+def key_of(serialized: bytes, schema_name: str) -> str:
+    """The key feature of a serialised record."""
+    return schema.by_role(serialized, schema_name)["key"].decode("utf-8")
 
 
 def reject_row(ref: ImageRef, reason: str, message: str) -> dict:

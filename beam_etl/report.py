@@ -13,6 +13,9 @@ def summary_lines(document: dict, elapsed: float) -> list:
     rejected = document["rejected"]
     reasons = ", ".join(f"{reason} {n}" for reason, n in rejected["by_reason"].items()) or "none"
     lines.append(f"rejected: {rejected['total']} ({reasons})")
+    leakage = document.get("leakage", {}).get("images", 0)
+    if leakage:
+        lines.append(f"leakage: {leakage} images stored in more than one split; their keys are in dataset.json")
     rate = document["inputs"] / elapsed if elapsed > 0 else 0.0
     lines.append(f"{document['inputs']} inputs in {elapsed:.1f} s: {rate:.0f} images/s")
     return lines

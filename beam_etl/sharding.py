@@ -96,14 +96,16 @@ def gather(chunks, index: int, count: int):
     return framed
 
 
-def write_shard(chunks, index: int, count: int, dest: str, compression: str = "none", seed: str = ""):
+def write_shard(chunks, index: int, count: int, dest: str, compression: str = "none", seed: str = "", keep=None):
     """Write shard `index` of `count` to `dest`; return (examples, bytes, sha256).
 
     The records are shuffled within the shard (seeded, so a retry writes the same file);
-    memory holds one shard, which --shard_size_mb bounds. The caller writes to a temporary
-    name and renames.
+    memory holds one shard, which --shard_size_mb bounds. `keep(record)` drops records it is
+    false for (removed duplicates). The caller writes to a temporary name and renames.
     """
     framed = gather(chunks, index, count)
+    if keep is not None:
+        framed = [f for f in framed if keep(f[12:-4])]
     random.Random(f"{seed}/{index}/{count}").shuffle(framed)
     ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
     digest, nbytes = hashlib.sha256(), 0

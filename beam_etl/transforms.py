@@ -150,18 +150,23 @@ class _PlanFn(beam.DoFn):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, shard_dir, compression, write_index=False):
+    def __init__(self, shard_dir, compression, write_index=False, schema_name="default"):
         self.shard_dir = shard_dir
         self.compression = compression
         self.write_index = write_index
+        self.schema_name = schema_name
         self.shards = Metrics.counter(NAMESPACE, "shards_written")
 
-    def process(self, task):
+    def process(self, task, dropped=()):
         split, index, count, chunks = task
         name = sharding.shard_name(split, index, count, self.compression)
         final = FileSystems.join(self.shard_dir, name)
         temp = FileSystems.join(self.shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
-        examples, nbytes, digest = sharding.write_shard(chunks, index, count, temp, self.compression, seed=split)
+        keep = None
+        if dropped:  # keys of removed duplicates (--dedup): few, so a set per task is cheap
+            dropped = set(dropped)
+            keep = lambda record: records.key_of(record, self.schema_name) not in dropped  # noqa: E731
+        examples, nbytes, digest = sharding.write_shard(chunks, index, count, temp, self.compression, seed=split, keep=keep)
         if self.write_index:  # from the temp file: the shard is just written, so it is read from the page cache
             from beam_etl.index import index_name, write_index
 
@@ -182,11 +187,12 @@ class WriteShards(beam.PTransform):
     in the dataset size; see README 'Why not WriteToTFRecord locally'.
     """
 
-    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False):
+    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False, schema_name="default", dropped_keys=None):
         super().__init__()
         self.chunk_dir, self.shard_dir = chunk_dir, shard_dir
         self.num_shards, self.shard_size_mb, self.compression = num_shards, shard_size_mb, compression
         self.write_index = write_index
+        self.schema_name, self.dropped_keys = schema_name, dropped_keys  # dropped_keys: a PCollection of keys, or None
 
     def expand(self, examples):
         split_bytes = (
@@ -202,8 +208,30 @@ class WriteShards(beam.PTransform):
             | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb), chunk_bytes=beam.pvalue.AsDict(split_bytes))
             # (split, shard index, shard count, [(chunk path, examples)])
             | "SpreadShards" >> beam.Reshuffle()
-            | "Write" >> beam.ParDo(_WriteShardFn(self.shard_dir, self.compression, self.write_index))
+            | "Write"
+            >> beam.ParDo(
+                _WriteShardFn(self.shard_dir, self.compression, self.write_index, self.schema_name),
+                **_dropped_side_input(self.dropped_keys),
+            )
         )
+
+
+def _dropped_side_input(dropped_keys) -> dict:
+    return {} if dropped_keys is None else {"dropped": beam.pvalue.AsList(dropped_keys)}
+
+
+class _KeepFn(beam.DoFn):
+    """Drops the records of removed duplicates (--dedup) before WriteToTFRecord."""
+
+    def __init__(self, schema_name):
+        self.schema_name = schema_name
+        self.dropped = None
+
+    def process(self, element, dropped):
+        if self.dropped is None:  # one global window, so one side input value: build the set once
+            self.dropped = set(dropped)
+        if not self.dropped or records.key_of(element[1], self.schema_name) not in self.dropped:
+            yield element
 
 
 class WriteRejects(beam.PTransform):
@@ -288,11 +316,14 @@ class WriteShardsWithTFRecordIO(beam.PTransform):
     Its shard count is fixed when the graph is built, so it needs --num_shards.
     """
 
-    def __init__(self, shard_dir, num_shards, compression, splits=sources.SPLITS):
+    def __init__(self, shard_dir, num_shards, compression, schema_name="default", dropped_keys=None, splits=sources.SPLITS):
         super().__init__()
         self.shard_dir, self.num_shards, self.compression, self.splits = shard_dir, num_shards, compression, splits
+        self.schema_name, self.dropped_keys = schema_name, dropped_keys
 
     def expand(self, examples):
+        if self.dropped_keys is not None:
+            examples = examples | "DropDuplicates" >> beam.ParDo(_KeepFn(self.schema_name), dropped=beam.pvalue.AsList(self.dropped_keys))
         split_counts = examples | "SplitOf" >> beam.Map(lambda kv: kv[0]) | "CountSplits" >> beam.combiners.Count.PerElement()
         written = []
         for split in self.splits:
