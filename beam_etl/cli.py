@@ -1,6 +1,7 @@
 """`beam-etl`: argparse for the app flags; every other flag goes to Beam's PipelineOptions."""
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -29,6 +30,7 @@ def _convert_parser(sub):
     p.add_argument("--compression", choices=("none", "gzip"), default="none", help="gzip saves little on JPEG bytes and writes ~35x slower")
     p.add_argument("--max_reject_fraction", type=float, default=0.05, help="fail the job when more inputs than this are rejected")
     p.add_argument("--overwrite", action="store_true", help="replace a complete dataset already in --output")
+    p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
@@ -129,7 +131,7 @@ def _config(args, beam_args=()):
         raise ValueError("--shard_size_mb and --max_file_mb must be positive")
     if args.write_index and args.compression != "none":
         raise ValueError(f"--write_index needs --compression none: DALI indexes only uncompressed TFRecords, and --compression is {args.compression}")
-    policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels)
+    policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels, pixel_hash=args.dedup)
     sources.check_inputs(args.input, labels)
     label_names = sorted(labels) if labels is not None else sources.label_names(args.input)
     if not label_names:
@@ -149,16 +151,27 @@ def _config(args, beam_args=()):
         max_file_mb=args.max_file_mb,
         writer=_writer(args, list(beam_args)),
         write_index=args.write_index,
+        dedup=args.dedup,
     )
 
 
-def _prepare_output(output: str, overwrite: bool) -> None:
+class Unchanged(Exception):
+    """The output already holds this conversion of these inputs: nothing to do."""
+
+
+def _prepare_output(config, overwrite: bool) -> None:
+    """Make sure the output can be written; raise Unchanged when the run would be a no-op."""
     from apache_beam.io.filesystems import FileSystems
 
-    from beam_etl import metadata
+    from beam_etl import metadata, sources
 
+    output = config.output
     if metadata.is_complete(output) and not overwrite:
-        raise ValueError(f"--output {output} already holds a complete dataset; pass --overwrite to replace it")
+        existing = metadata.read(output)
+        same_options = json.loads(json.dumps(config.options_json())) == existing.get("options")
+        if same_options and existing.get("source_fingerprint") == sources.fingerprint(config.inputs):
+            raise Unchanged(f"{output} is up to date: same inputs (fingerprint {existing['source_fingerprint']}) and options; nothing to do")
+        raise ValueError(f"--output {output} already holds a complete dataset of other inputs or options; pass --overwrite to replace it")
     if "://" not in output:
         try:
             os.makedirs(output, exist_ok=True)
@@ -191,8 +204,11 @@ def convert(args, beam_args) -> int:
     started = time.time()
     try:
         config = _config(args, beam_args)
-        _prepare_output(config.output, args.overwrite)
+        _prepare_output(config, args.overwrite)
         options = _pipeline_options(beam_args)
+    except Unchanged as e:
+        print(f"beam-etl: {e}")
+        return 0
     except (ValueError, sources.InputError) as e:
         return _usage_error(str(e))
     p = beam.Pipeline(options=options)
@@ -265,8 +281,6 @@ def main(argv=None) -> int:
         return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
     if args.command == "verify":
         return verify(args)
-    if beam_args:
-        return _usage_error(f"unrecognized arguments for {args.command}: {' '.join(beam_args)}")
     if args.command == "inspect":
         return inspect_command(args)
     if args.command == "index":

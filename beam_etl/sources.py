@@ -185,6 +185,25 @@ def assign_split(key: str, validation_fraction: float, test_fraction: float) -> 
     return "train"
 
 
+def listing(uri: str):
+    """Yield (ImageRef, mtime or None) for each file one --input names."""
+    source = classify(uri)
+    if source.kind == "manifest":
+        for ref in read_manifest(uri):
+            yield ref, None
+    else:
+        yield from list_source(source)
+
+
+def fingerprint(uris) -> str:
+    """The source fingerprint of the inputs, as the pipeline computes it, by streaming their listing."""
+    total = 0
+    for uri in uris:
+        for ref, mtime in listing(uri):
+            total = (total + fingerprint_entry(ref.uri, ref.size, mtime)) % (1 << 128)
+    return f"{total:032x}"
+
+
 def fingerprint_entry(uri: str, size: int, mtime) -> int:
     """One listed file's contribution to the source fingerprint, summed order-free."""
     return int.from_bytes(hashlib.sha256(f"{uri}\0{size}\0{mtime}".encode("utf-8")).digest()[:16], "big")

@@ -20,12 +20,7 @@ class _ListFn(beam.DoFn):
     """One --input to its image references (each with its mtime, for the fingerprint)."""
 
     def process(self, uri):
-        source = sources.classify(uri)
-        if source.kind == "manifest":
-            for ref in sources.read_manifest(uri):
-                yield ref, None
-        else:
-            yield from sources.list_source(source)
+        yield from sources.listing(uri)
 
 
 class ListImages(beam.PTransform):

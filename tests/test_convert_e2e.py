@@ -202,3 +202,14 @@ def test_tfrecordio_writer_needs_a_shard_count(tmp_path):
     make_folder(src, seeds=range(3))
     proc = run_convert("--input", src, "--output", tmp_path / "out", "--writer", "tfrecordio", check=False)
     assert proc.returncode == 2 and "WriteToTFRecord fixes the shard count" in proc.stderr
+
+
+def test_rerun_of_unchanged_source_is_a_no_op(converted):
+    root, _, out, _ = converted
+    before = (out / "dataset.json").read_bytes()
+    args = ["--input", root, "--output", out, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1", "--max_reject_fraction", "0.5"]
+    proc = run_convert(*args)
+    assert "is up to date" in proc.stdout and (out / "dataset.json").read_bytes() == before
+    (root / "ant" / "img_3.jpg").write_bytes((root / "ant" / "img_3.jpg").read_bytes() + b"\0")  # the source changed
+    proc = run_convert(*args, check=False)
+    assert proc.returncode == 2 and "other inputs or options; pass --overwrite" in proc.stderr
