@@ -8,7 +8,7 @@ import struct
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import metadata, tfrecord
+from beam_etl import metadata, schema, tfrecord
 
 BAR_WIDTH = 40
 CELL = 84  # preview thumbnail box, pixels: MNIST's 28 px shown at 3x
@@ -17,97 +17,6 @@ _SPLIT_ORDER = ("train", "validation", "test")
 
 class NotADataset(ValueError):
     """The directory has no dataset.json: not a finished `beam-etl convert` output."""
-
-
-# --- tf.train.Example wire format, read by hand ---------------------------------------
-# The mirror of schema.encode_example: inspect needs no TensorFlow (seconds of import).
-# tests/test_inspect.py checks it against tf.train.Example on real records.
-
-
-def _varint(buf, pos: int):
-    result = shift = 0
-    while True:
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _fields(buf, start: int, end: int):
-    """Yield (field number, wire type, value) where value is an int (varint) or a (start, end) slice."""
-    pos = start
-    while pos < end:
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            value = (pos, pos + size)
-            pos += size
-        elif wire == 5:
-            value, pos = (pos, pos + 4), pos + 4
-        elif wire == 1:
-            value, pos = (pos, pos + 8), pos + 8
-        else:
-            raise ValueError(f"wire type {wire} is not used by tf.train.Example")
-        yield number, wire, value
-    if pos != end:
-        raise ValueError("a field runs past the end of its message")
-
-
-def _int64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _feature_values(buf, start: int, end: int) -> list:
-    """A Feature message to its list of values: bytes, ints or floats."""
-    out = []
-    for kind, _, (s, e) in _fields(buf, start, end):
-        for number, wire, value in _fields(buf, s, e):
-            if number != 1:
-                continue
-            if kind == 1:  # bytes_list
-                out.append(bytes(buf[value[0] : value[1]]))
-            elif kind == 3 and wire == 0:  # int64_list, unpacked
-                out.append(_int64(value))
-            elif kind == 3:  # int64_list, packed
-                pos, stop = value
-                while pos < stop:
-                    v, pos = _varint(buf, pos)
-                    out.append(_int64(v))
-            elif kind == 2 and wire == 5:  # float_list, unpacked
-                out.append(struct.unpack_from("<f", buf, value[0])[0])
-            elif kind == 2:  # float_list, packed
-                out.extend(struct.unpack_from(f"<{(value[1] - value[0]) // 4}f", buf, value[0]))
-    return out
-
-
-def parse_example(record: bytes, wanted=None) -> dict:
-    """tf.train.Example bytes to {feature name: [values]}; only the names in `wanted` when given.
-
-    Raises ValueError on bytes that are not an Example.
-    """
-    buf = memoryview(record)
-    out = {}
-    try:
-        for number, _, (s, e) in _fields(buf, 0, len(buf)):
-            if number != 1:  # Example.features
-                continue
-            for _, _, (es, ee) in _fields(buf, s, e):  # Features.feature map entries
-                name, value = None, None
-                for n, _, (vs, ve) in _fields(buf, es, ee):
-                    if n == 1:
-                        name = bytes(buf[vs:ve]).decode("utf-8")
-                    elif n == 2:
-                        value = (vs, ve)
-                if name is not None and value is not None and (wanted is None or name in wanted):
-                    out[name] = _feature_values(buf, *value)
-    except (IndexError, struct.error, UnicodeDecodeError, TypeError) as e:
-        raise ValueError(f"not a tf.train.Example ({type(e).__name__})") from None
-    return out
 
 
 # --- the scan -------------------------------------------------------------------------
@@ -135,9 +44,6 @@ def build_report(data_dir: str, preview_per_class: int = 0) -> dict:
         raise NotADataset(f"{data_dir}: no {metadata.DATASET_JSON}; pass the directory `beam-etl convert --output` wrote (a failed or running conversion has none)")
     document = metadata.read(data_dir)
     names = {role: f["name"] for role, f in document["features"].items()}
-    wanted = {names[r] for r in ("label", "label_text", "height", "width", "sha256")}
-    if preview_per_class:
-        wanted.add(names["image"])
     label_names = document["label_names"]
     hash_count = collections.Counter()  # sha256 -> records
     hash_splits = collections.defaultdict(set)  # sha256 -> splits it is in
@@ -153,11 +59,11 @@ def build_report(data_dir: str, preview_per_class: int = 0) -> dict:
             with _open_shard(path, document.get("compression", "none")) as f:
                 for offset, _, record in tfrecord.iter_framed(f, path):
                     try:
-                        example = parse_example(record, wanted)
+                        example = schema.decode_example(record)
                         label = example[names["label"]][0]
                         digest = example[names["sha256"]][0]
                         size = (example[names["height"]][0], example[names["width"]][0])
-                    except (ValueError, KeyError, IndexError) as e:
+                    except (ValueError, struct.error, KeyError, IndexError) as e:
                         raise tfrecord.CorruptRecord(f"{path}: the record at byte {offset} is not one of this dataset's Examples ({e})") from None
                     records += 1
                     labels[label] += 1
@@ -184,8 +90,9 @@ def build_report(data_dir: str, preview_per_class: int = 0) -> dict:
         "splits": splits,
         "image_sizes": _sizes(sizes),
         "rejected": {"total": document["rejected"]["total"], "by_reason": document["rejected"]["by_reason"]},
-        "duplicates": document.get("duplicates") or _duplicates(hash_count),
-        "leakage": document.get("leakage") or _leakage(hash_splits),
+        # Counted from the shards as they are now; what the conversion recorded, where it did, rides along.
+        "duplicates": dict(_duplicates(hash_count), recorded=document.get("duplicates")),
+        "leakage": dict(_leakage(hash_splits), recorded=_recorded_leakage(document.get("leakage"))),
     }
     if preview_per_class:
         report["preview"] = preview
@@ -222,7 +129,12 @@ def _sizes(sizes: collections.Counter) -> dict:
 def _duplicates(hash_count: collections.Counter) -> dict:
     """Records whose stored bytes (sha256) another record also has."""
     groups = [n for n in hash_count.values() if n > 1]
-    return {"images": len(groups), "extra_records": sum(n - 1 for n in groups), "source": "computed from the sha256 of the records"}
+    return {"images": len(groups), "extra_records": sum(n - 1 for n in groups), "source": "shards"}
+
+
+def _recorded_leakage(leakage):
+    """dataset.json's leakage without its list of groups (keys of up to 100 images): the count is what a report needs."""
+    return {k: v for k, v in leakage.items() if k != "groups"} if isinstance(leakage, dict) else leakage
 
 
 def _leakage(hash_splits: dict) -> dict:
@@ -236,7 +148,7 @@ def _leakage(hash_splits: dict) -> dict:
             for i, a in enumerate(ordered):
                 for b in ordered[i + 1 :]:
                     pairs[f"{a}/{b}"] += 1
-    return {"images": leaked, "by_pair": dict(sorted(pairs.items())), "source": "computed from the sha256 of the records"}
+    return {"images": leaked, "by_pair": dict(sorted(pairs.items())), "source": "shards"}
 
 
 # --- output ---------------------------------------------------------------------------
@@ -282,11 +194,13 @@ def text_lines(report: dict) -> list:
     reasons = ", ".join(f"{reason} {n}" for reason, n in rejected["by_reason"].items()) or "none"
     dup, leak = report["duplicates"], report["leakage"]
     pairs = ", ".join(f"{pair} {n}" for pair, n in leak.get("by_pair", {}).items())
+    removed = (dup.get("recorded") or {}).get("removed")
     lines += [
         "",
         f"rejected: {rejected['total']} ({reasons})",
-        f"duplicates: {dup.get('images', 0)} images stored more than once, {dup.get('extra_records', 0)} extra records ({dup.get('source', 'dataset.json')})",
-        f"split leakage: {leak.get('images', 0)} images in more than one split{f' ({pairs})' if pairs else ''} ({leak.get('source', 'dataset.json')})",
+        f"duplicates: {dup['images']} images stored more than once, {dup['extra_records']} extra records (sha256 of the stored bytes)"
+        + (f"; --dedup removed {removed} at conversion" if removed else ""),
+        f"split leakage: {leak['images']} images in more than one split{f' ({pairs})' if pairs else ''}",
     ]
     return lines
 
@@ -319,7 +233,7 @@ def write_preview(report: dict, path: str, cell: int = CELL) -> None:
     height = title_height + len(names) * (cell + pad) + pad
     sheet = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(sheet)
-    draw.text((pad, 4), f"{report['dir']}: {per_class} per class, from the shards", fill="black", font=font)
+    draw.text((pad, 4), f"{report['dir'].rstrip('/').split('/')[-1]}: {per_class} per class, from the shards", fill="black", font=font)
     for row, name in enumerate(names):
         top = title_height + row * (cell + pad) + pad
         draw.text((pad, top + cell // 2 - 8), name, fill="black", font=font)

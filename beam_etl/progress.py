@@ -100,10 +100,15 @@ def _duration(seconds: float) -> str:
 
 
 class Rate:
-    """images/s since the first image was done, so the pipeline's start-up does not drag the rate down."""
+    """images/s since the first image was done, so the pipeline's start-up does not drag the rate down.
+
+    It holds still while no more images are done (the shard writing after the encoding),
+    so the rate shown is the encoding rate.
+    """
 
     def __init__(self):
         self.start = None  # (time, done) of the first observation with work done
+        self.last = (0, None)  # (done, rate) of the latest observation that moved
 
     def update(self, now: float, done: int):
         """images/s, or None until two observations give one."""
@@ -112,9 +117,10 @@ class Rate:
                 self.start = (now, done)
             return None
         t0, d0 = self.start
-        if now <= t0 or done <= d0:
-            return None
-        return (done - d0) / (now - t0)
+        if done <= self.last[0] or now <= t0 or done <= d0:
+            return self.last[1]
+        self.last = (done, (done - d0) / (now - t0))
+        return self.last[1]
 
 
 def status(done: int, rejected: int, total, rate, elapsed: float) -> dict:
@@ -125,8 +131,11 @@ def status(done: int, rejected: int, total, rate, elapsed: float) -> dict:
     return {"done": done, "total": total, "rejected": rejected, "rate": rate, "eta": eta, "elapsed": elapsed}
 
 
-def log_line(s: dict) -> str:
-    """One progress line for logs: '3200/5000 images (64%), 145 images/s, 3 rejected, ETA 0:12'."""
+def log_line(s: dict, final: bool = False) -> str:
+    """One progress line for logs: '3200/5000 images (64%), 145 images/s, 3 rejected, ETA 0:12 [0:30 elapsed]'."""
+    if final:
+        rate = f", {s['rate']:.0f} images/s while encoding" if s["rate"] else ""
+        return f"done: {s['done']} images, {s['rejected']} rejected{rate}, {_duration(s['elapsed'])} from the start of the job"
     if s["total"] is None:
         done = f"{s['done']}/? images"
     else:
@@ -139,11 +148,11 @@ def log_line(s: dict) -> str:
     return f"{done}, {rate}, {s['rejected']} rejected, {eta} [{_duration(s['elapsed'])} elapsed]"
 
 
-def bar_line(s: dict, width: int = 30) -> str:
+def bar_line(s: dict, final: bool = False, width: int = 30) -> str:
     """The same as log_line with a bar in front, for a terminal."""
     fraction = min(s["done"] / s["total"], 1.0) if s["total"] else 0.0
     filled = int(fraction * width)
-    return f"[{'#' * filled}{'.' * (width - filled)}] {log_line(s)}"
+    return f"[{'#' * filled}{'.' * (width - filled)}] {log_line(s, final)}"
 
 
 def resolve_mode(mode: str, stream) -> str:
@@ -204,13 +213,11 @@ class Reporter:
         self.last_done = done
         now = time.monotonic()
         rate = self.rate.update(now, done)
-        if final and rate is None and now > self.started:
-            rate = done / (now - self.started)  # a job too short for two observations
         s = status(done, rejected, self.total if not final else max(self.total or 0, done), rate, now - self.started)
         if self.mode == "bar":
-            self._write("\r" + bar_line(s) + "\x1b[K" + ("\n" if final else ""))  # \x1b[K: clear what a longer line left
+            self._write("\r" + bar_line(s, final) + "\x1b[K" + ("\n" if final else ""))  # \x1b[K: clear what a longer line left
         elif self.mode == "log":
-            self._write(f"beam-etl: progress: {log_line(s)}\n")
+            self._write(f"beam-etl: progress: {log_line(s, final)}\n")
 
     def finish(self, result) -> None:
         """The last report, from the job's Beam metrics, which are complete once it has finished."""
