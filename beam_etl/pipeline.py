@@ -27,7 +27,7 @@ class ConvertConfig:
     max_reject_fraction: float = 0.05
     max_file_mb: float = 64.0
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
-    write_index: bool = False  # a DALI .idx beside each shard (staged writer only)
+    write_index: bool = False  # a DALI .idx beside each shard
     dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
 
     def options_json(self) -> dict:
@@ -127,7 +127,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     duplicates = by_bytes | "CountExtra" >> beam.MapTuple(lambda _, members: len(list(members)) - 1)
     if config.writer == "tfrecordio":
         shards = encoded.records | "WriteShards" >> WriteShardsWithTFRecordIO(
-            FileSystems.join(staging, "shards"), config.num_shards, config.compression, config.schema, dropped_keys
+            FileSystems.join(staging, "shards"), config.num_shards, config.compression, config.schema, dropped_keys, config.write_index
         )
     else:
         shards = encoded.records | "WriteShards" >> WriteShards(

@@ -284,8 +284,9 @@ class AnalyzeStatistics(beam.PTransform):
 class _DescribeShardFn(beam.DoFn):
     """A shard file written by WriteToTFRecord to the dict _WriteShardFn would have emitted."""
 
-    def __init__(self, compression):
+    def __init__(self, compression, write_index=False):
         self.compression = compression
+        self.write_index = write_index
 
     def process(self, path, split_counts):
         import posixpath
@@ -300,7 +301,11 @@ class _DescribeShardFn(beam.DoFn):
         with FileSystems.open(path, compression_type=ctype) as f:
             examples = sum(1 for _ in tfrecord.iter_framed(f, path))
         nbytes, digest = sharding.file_digest(path)
-        yield {"split": split, "file": name, "index": int(index), "count": int(count), "examples": examples, "bytes": nbytes, "sha256": digest}
+        if self.write_index:
+            from beam_etl.index import index_name, write_index
+
+            write_index(path, FileSystems.join(posixpath.dirname(path), index_name(name)), check=False)
+        yield {"split": split, "file": name, "index": int(index), "count": int(count), "examples": examples, "bytes": nbytes, "sha256": digest, "indexed": self.write_index}
 
 
 class WriteShardsWithTFRecordIO(beam.PTransform):
@@ -311,10 +316,10 @@ class WriteShardsWithTFRecordIO(beam.PTransform):
     Its shard count is fixed when the graph is built, so it needs --num_shards.
     """
 
-    def __init__(self, shard_dir, num_shards, compression, schema_name="default", dropped_keys=None, splits=sources.SPLITS):
+    def __init__(self, shard_dir, num_shards, compression, schema_name="default", dropped_keys=None, write_index=False, splits=sources.SPLITS):
         super().__init__()
         self.shard_dir, self.num_shards, self.compression, self.splits = shard_dir, num_shards, compression, splits
-        self.schema_name, self.dropped_keys = schema_name, dropped_keys
+        self.schema_name, self.dropped_keys, self.write_index = schema_name, dropped_keys, write_index
 
     def expand(self, examples):
         if self.dropped_keys is not None:
@@ -340,5 +345,5 @@ class WriteShardsWithTFRecordIO(beam.PTransform):
             written
             | "AllShards" >> beam.Flatten()
             # shard file paths
-            | "Describe" >> beam.ParDo(_DescribeShardFn(self.compression), split_counts=beam.pvalue.AsDict(split_counts))
+            | "Describe" >> beam.ParDo(_DescribeShardFn(self.compression, self.write_index), split_counts=beam.pvalue.AsDict(split_counts))
         )

@@ -189,12 +189,16 @@ def test_output_that_cannot_be_written(tmp_path):
 def test_tfrecordio_writer_gives_the_same_records(converted, tmp_path):
     root, _, out, _ = converted
     other = tmp_path / "ds"
-    run_convert("--input", root, "--output", other, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1", "--max_reject_fraction", "0.5", "--writer", "tfrecordio")
+    run_convert("--input", root, "--output", other, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1", "--max_reject_fraction", "0.5", "--writer", "tfrecordio", "--write_index")
     first, second = (json.loads((d / "dataset.json").read_text()) for d in (out, other))
     for split in first["splits"]:
         assert sorted(r["key"] for r in read_records(out, first, split)) == sorted(r["key"] for r in read_records(other, second, split))
         assert [s["file"] for s in first["splits"][split]["shards"]] == [s["file"] for s in second["splits"][split]["shards"]]
     assert first["rejected"] == second["rejected"]
+    for split in second["splits"].values():
+        for shard in split["shards"]:
+            lines = (other / (shard["file"] + ".idx")).read_text().splitlines()
+            assert len(lines) == shard["examples"] and shard["index"] is True
 
 
 def test_tfrecordio_writer_needs_a_shard_count(tmp_path):

@@ -6,6 +6,7 @@ import json
 import sys
 
 from trainer.dataset import DatasetError
+from trainer.integrity import CorruptShard
 
 
 def _train_parser(sub):
@@ -31,6 +32,7 @@ def _train_parser(sub):
     p.add_argument("--mixed_precision", choices=("auto", "on", "off"), default=d.mixed_precision)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--verbose", type=int, default=d.verbose)
+    p.add_argument("--skip_corrupt", action="store_true", help="skip the damaged records of corrupt shards, and report how many, instead of stopping")
     return p
 
 
@@ -66,6 +68,9 @@ def main(argv=None) -> int:
             results = bench.run(**args)
             print(bench.table(results))
             print(json.dumps([dict(dataclasses.asdict(r), images_per_second=r.images_per_second) for r in results]))
+    except CorruptShard as e:  # the data is damaged, not the command
+        print(f"trainer {command}: error: {e}", file=sys.stderr)
+        return 1
     except (DatasetError, ValueError, FileNotFoundError) as e:
         print(f"trainer {command}: error: {e}", file=sys.stderr)
         return 2

@@ -95,12 +95,15 @@ def make_dataset(
     repeat: bool | None = None,
     seed: int | None = None,
     prefetch_to_device: bool | None = None,
+    readable: dict | None = None,
 ) -> tf.data.Dataset:
     """(images float32 [B, S, S, C] normalised, labels int64 [B]) batches of one split.
 
     `data_dir` is a directory or a DatasetInfo. `batch_size` is per input pipeline: under a
     strategy pass input_context.get_per_replica_batch_size(global_batch). `repeat` defaults
     to `training`. `seed` fixes file order, shuffling and augmentation (tests); None varies them.
+    `readable` ({shard path: records readable}, from trainer.integrity) skips the damaged
+    records of those shards instead of failing on them (--skip_corrupt).
     """
     info = data_dir if isinstance(data_dir, DatasetInfo) else DatasetInfo.load(data_dir)
     if batch_size < 1 or image_size < 1:
@@ -115,15 +118,21 @@ def make_dataset(
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
 
     # 3. Read several shards at once.
+    def read(path):
+        records = tf.data.TFRecordDataset(path, compression_type=info.compression, buffer_size=8 << 20)
+        # A TFRecord reader cannot resynchronise after a damaged record: the rest of that shard is lost.
+        return records.ignore_errors() if readable else records
+
     ds = ds.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=info.compression, buffer_size=8 << 20),
+        read,
         cycle_length=max(1, min(cycle_length, len(files))),
         block_length=block_length,
         num_parallel_calls=AUTOTUNE,
         deterministic=not training,
     )
     # The record count is in dataset.json; telling tf.data lets Keras size evaluation epochs.
-    records = sum(info.shard_examples(split)[f] for f in files)
+    counts = dict(info.shard_examples(split), **(readable or {}))
+    records = sum(counts[f] for f in files)
     ds = ds.apply(tf.data.experimental.assert_cardinality(records))
     fits = _share_bytes(info, split, len(files), input_context) <= cache_budget_bytes
     if training and fits:

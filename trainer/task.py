@@ -9,7 +9,7 @@ import time
 import keras
 import tensorflow as tf
 
-from trainer import models, preprocess
+from trainer import integrity, models, preprocess
 from trainer.dataset import DatasetInfo
 from trainer.input import DEFAULT_CACHE_BUDGET, make_dataset
 
@@ -36,6 +36,7 @@ class TrainConfig:
     mixed_precision: str = "auto"  # auto: on when a GPU is present; on; off
     seed: int | None = None
     verbose: int = 2
+    skip_corrupt: bool = False  # skip the damaged records of corrupt shards (reported) instead of stopping
 
     def __post_init__(self):
         for name in ("epochs", "batch_size", "image_size"):
@@ -135,6 +136,12 @@ def train(config: TrainConfig) -> dict:
     out_dir = config.job_dir if chief else _join(config.job_dir, "workers", str(strategy.cluster_resolver.task_id))
     tf.io.gfile.makedirs(out_dir)
 
+    readable, skipped = {}, {}
+    if config.skip_corrupt:  # one read of the splits up front, to know what is lost and keep counts exact
+        for split in {config.train_split, config.eval_split}:
+            for path, (good, expected, error) in integrity.scan(info, split).items():
+                readable[path], skipped[path] = good, expected - good
+                print(f"trainer: skipping {expected - good} of {expected} records of {path}: {error}", flush=True)
     global_batch = config.batch_size
     steps = config.steps_per_epoch or max(1, info.examples(config.train_split) // global_batch)
     cache_budget = config.cache_mb << 20
@@ -152,10 +159,11 @@ def train(config: TrainConfig) -> dict:
             augment=config.augment,
             central_fraction=config.central_fraction,
             seed=config.seed,
+            readable=readable or None,
         )
 
     train_ds = strategy.distribute_datasets_from_function(train_input)
-    eval_ds = eval_dataset(info, config, global_batch, cache_budget)
+    eval_ds = eval_dataset(info, config, global_batch, cache_budget, readable=readable or None)
 
     with strategy.scope():
         model = models.build(config.model, config.image_size, info.channels, info.num_classes)
@@ -165,16 +173,19 @@ def train(config: TrainConfig) -> dict:
             metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
         )
     started = time.time()
-    history = model.fit(
-        train_ds,
-        epochs=config.epochs,
-        steps_per_epoch=steps,
-        validation_data=eval_ds,
-        callbacks=callbacks(config, out_dir),
-        verbose=config.verbose,
-    )
-    seconds = time.time() - started
-    evaluation = model.evaluate(eval_ds, return_dict=True, verbose=0)
+    try:
+        history = model.fit(
+            train_ds,
+            epochs=config.epochs,
+            steps_per_epoch=steps,
+            validation_data=eval_ds,
+            callbacks=callbacks(config, out_dir),
+            verbose=config.verbose,
+        )
+        seconds = time.time() - started
+        evaluation = model.evaluate(eval_ds, return_dict=True, verbose=0)
+    except tf.errors.DataLossError:
+        raise integrity.corrupt_error(info, [config.train_split, config.eval_split]) from None
     metrics = {
         "val_accuracy": float(evaluation["accuracy"]),
         "val_loss": float(evaluation["loss"]),
@@ -189,6 +200,7 @@ def train(config: TrainConfig) -> dict:
         "strategy": type(strategy).__name__,
         "mixed_precision": keras.mixed_precision.global_policy().name,
         "label_names": list(info.label_names),
+        "skipped_records": skipped,
     }
     if chief:
         model.save(_join(out_dir, "model.keras"))
