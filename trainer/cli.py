@@ -62,6 +62,7 @@ def main(argv=None) -> int:
 
             metrics = task.train(task.TrainConfig(**args))
             print(json.dumps({k: v for k, v in metrics.items() if k not in ("config", "label_names")}, indent=2))
+            print(f"validation accuracy: {metrics['val_accuracy']:.1%} on {metrics['eval_examples']} {metrics['eval_split']} images")
         else:
             from trainer import bench
 
