@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Creates .venv (Python 3.11) with the pinned versions, once; later calls only activate it.
+# Creates .venv (Python 3.11) with the pinned versions; installs again only when setup.py or constraints.txt change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=$(command -v python3.11 || command -v python3)
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import beam_etl, trainer, apache_beam, tensorflow_transform, mlxtend" 2>/dev/null; then
-  "$PY" -m venv .venv
+stamp=".venv/.installed-$(cat setup.py constraints.txt | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
   # constraints.txt pins every package of the tested set, so a fresh install resolves the same.
   .venv/bin/python -m pip install -q -c constraints.txt -e '.[dev]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
 fi
