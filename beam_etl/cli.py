@@ -77,6 +77,23 @@ def verify(args) -> int:
     return 0
 
 
+def _fingerprint_parser(sub):
+    p = sub.add_parser("fingerprint", help="print the source fingerprint of inputs, as dataset.json records it", description="List the inputs (no conversion) and print their fingerprint: the same value as source_fingerprint in a dataset.json converted from them.")
+    p.add_argument("--input", action="append", required=True, help="as for convert; repeatable")
+    return p
+
+
+def fingerprint(args) -> int:
+    from beam_etl import sources
+
+    try:
+        sources.check_inputs(args.input)
+    except sources.InputError as e:
+        return _usage_error(str(e))
+    print(sources.fingerprint(args.input))
+    return 0
+
+
 def _usage_error(message: str) -> int:
     print(f"beam-etl: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -270,6 +287,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _convert_parser(sub)
     _verify_parser(sub)
+    _fingerprint_parser(sub)
     _inspect_parser(sub)
     _index_parser(sub)
     args, beam_args = parser.parse_known_args(argv)
@@ -281,6 +299,8 @@ def main(argv=None) -> int:
         return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
     if args.command == "verify":
         return verify(args)
+    if args.command == "fingerprint":
+        return fingerprint(args)
     if args.command == "inspect":
         return inspect_command(args)
     if args.command == "index":

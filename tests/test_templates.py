@@ -399,15 +399,8 @@ def test_yaml_files_pass_yamllint():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def _workflow_fingerprint_script():
-    text = open(os.path.join(ROOT, ".github", "workflows", "rebuild-dataset.yml")).read()
-    body = re.search(r"<<'PY'\n(.*?)\n\s*PY\n", text, re.S).group(1)
-    indent = min(len(line) - len(line.lstrip()) for line in body.splitlines() if line.strip())
-    return "\n".join(line[indent:] for line in body.splitlines())
-
-
 def test_rebuild_workflow_fingerprint_equals_the_pipelines(tmp_path):
-    """The workflow's skip test compares its listing fingerprint with dataset.json's: same function."""
+    """The workflow's skip test compares `beam-etl fingerprint` with dataset.json's: the same value."""
     import apache_beam as beam
     from apache_beam.testing.util import assert_that, equal_to
 
@@ -417,7 +410,9 @@ def test_rebuild_workflow_fingerprint_equals_the_pipelines(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(rel.encode() * 10)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-", str(tmp_path)], input=_workflow_fingerprint_script(), capture_output=True, text=True, env=env, cwd=ROOT)
+    workflow = open(os.path.join(ROOT, ".github", "workflows", "rebuild-dataset.yml")).read()
+    assert 'fingerprint=$(beam-etl fingerprint --input "$SOURCE_URI")' in workflow
+    proc = subprocess.run([sys.executable, "-m", "beam_etl", "fingerprint", "--input", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     expected = proc.stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{32}", expected)
