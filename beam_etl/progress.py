@@ -82,14 +82,7 @@ def count_inputs(uris) -> int:
     """How many inputs the pipeline's listing step will produce: the same listing, run in the launcher."""
     from beam_etl import sources
 
-    total = 0
-    for uri in uris:
-        source = sources.classify(uri)
-        if source.kind == "manifest":
-            total += sum(1 for _ in sources.read_manifest(uri))
-        else:
-            total += sum(1 for _ in sources.list_source(source))
-    return total
+    return sum(1 for uri in uris for _ in sources.listing(uri))
 
 
 def _duration(seconds: float) -> str:
