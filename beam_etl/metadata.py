@@ -168,6 +168,15 @@ def publish(staging: str, output: str, document: dict) -> None:
     write_json(FileSystems.join(output, DATASET_JSON), document)
 
 
+def remove_stale_staging(output: str) -> list:
+    """Delete the .staging-* folders that killed runs left in `output`; call after a publish."""
+    files = FileSystems.match([output.rstrip("/") + "/.staging-*/**"])[0].metadata_list
+    stale = sorted({FileSystems.join(output, m.path[len(output.rstrip("/")) + 1 :].split("/")[0]) for m in files})
+    if stale:
+        FileSystems.delete(stale)
+    return stale
+
+
 def move_rejects(staging: str, output: str) -> None:
     src = FileSystems.join(staging, REJECTED_JSONL)
     if FileSystems.exists(src):

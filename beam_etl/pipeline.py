@@ -71,6 +71,7 @@ class _PublishFn(beam.DoFn):
         )
         metadata.publish(self.staging, config.output, document)
         FileSystems.delete([self.staging])
+        metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document
 
 

@@ -63,5 +63,6 @@ def test_killed_convert_is_never_published_half_done(point, mnist_folder, mnist_
     else:  # the job finished before the point was seen: then it must be complete and sound
         assert verify.verify(str(out), log=lambda _: None) == []
     run_convert("--input", mnist_folder, "--output", out, *MNIST_FLAGS)  # no --overwrite needed after a kill
+    assert not staging(out)  # the killed run's staging folder went with the publish
     assert verify.verify(str(out), decode=False, log=lambda _: None) == []
     assert records_by_split(out) == records_by_split(mnist_dataset)
