@@ -170,8 +170,13 @@ def publish(staging: str, output: str, document: dict) -> None:
 
 def remove_stale_staging(output: str) -> list:
     """Delete the .staging-* folders that killed runs left in `output`; call after a publish."""
-    files = FileSystems.match([output.rstrip("/") + "/.staging-*/**"])[0].metadata_list
-    stale = sorted({FileSystems.join(output, m.path[len(output.rstrip("/")) + 1 :].split("/")[0]) for m in files})
+    if "://" not in output:  # local: a killed run may have left only empty folders, which a match skips
+        import os
+
+        stale = sorted(FileSystems.join(output, n) for n in os.listdir(output) if n.startswith(".staging-"))
+    else:
+        files = FileSystems.match([output.rstrip("/") + "/.staging-*/**"])[0].metadata_list
+        stale = sorted({FileSystems.join(output, m.path[len(output.rstrip("/")) + 1 :].split("/")[0]) for m in files})
     if stale:
         FileSystems.delete(stale)
     return stale
