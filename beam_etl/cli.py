@@ -1,6 +1,7 @@
 """`beam-etl`: argparse for the app flags; every other flag goes to Beam's PipelineOptions."""
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ def _convert_parser(sub):
     p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
+    p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
     p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
     return p
@@ -100,17 +102,53 @@ def _usage_error(message: str) -> int:
 
 
 def _pipeline_options(beam_args):
-    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
+
+    from beam_etl import progress, workpool
 
     options = PipelineOptions(beam_args)
-    runner = options.view_as(StandardOptions).runner
     direct = options.view_as(DirectOptions)
-    if runner in (None, "DirectRunner", "direct") and "--direct_num_workers" not in " ".join(beam_args):
-        # The DirectRunner's default is one worker; use every core, as a user expects.
-        direct.direct_num_workers = os.cpu_count() or 1
-        if not direct.direct_running_mode or direct.direct_running_mode == "in_memory":
-            direct.direct_running_mode = "multi_threading"
+    if progress.is_direct(options) and direct.direct_running_mode != "in_memory" and "--direct_num_workers" not in " ".join(beam_args):
+        direct.direct_num_workers = workpool.cores()  # Beam's default of one worker makes these modes pointless
     return options
+
+
+def _encode_processes(value: str, options) -> int:
+    """--encode_processes: auto is every core on the DirectRunner's in_memory mode, else 0.
+
+    The DirectRunner's default, one in_memory worker plus this pool, uses every core with no
+    gRPC hop per image; multi_threading is bound by the GIL and multi_processing copies the
+    job into every worker (docs/BENCHMARKS.md).
+    """
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from beam_etl import progress, workpool
+
+    if value != "auto":
+        try:
+            processes = int(value)
+        except ValueError:
+            raise ValueError(f"--encode_processes must be auto or a number of processes, got {value!r}") from None
+        if processes < 0:
+            raise ValueError(f"--encode_processes must be 0 or more, got {processes}")
+        return processes
+    mode = options.view_as(DirectOptions).direct_running_mode or "in_memory"
+    return workpool.cores() if progress.is_direct(options) and mode == "in_memory" and workpool.cores() > 1 else 0
+
+
+def _runner(options):
+    """The DirectRunner's own choice, FnApiRunner, without its first attempt to download and start Prism."""
+    from beam_etl import progress
+
+    if not progress.is_direct(options):
+        return None  # Beam builds the runner named by --runner
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    # As SwitchingDirectRunner.run_pipeline does, so that workers see the pipeline options.
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def _writer(args, beam_args) -> str:
@@ -216,19 +254,21 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     import apache_beam as beam
 
-    from beam_etl import pipeline, progress, report, sources
+    from beam_etl import pipeline, progress, report, sources, workpool
 
     started = time.time()
     try:
-        config = _config(args, beam_args)
-        _prepare_output(config, args.overwrite)
         options = _pipeline_options(beam_args)
+        config = dataclasses.replace(_config(args, beam_args), encode_processes=_encode_processes(args.encode_processes, options))
+        _prepare_output(config, args.overwrite)
+        if config.encode_processes > 1:
+            workpool.warm(config.encode_processes)  # their start-up overlaps ours (TensorFlow's import, mostly)
     except Unchanged as e:
         print(f"beam-etl: {e}")
         return 0
     except (ValueError, sources.InputError) as e:
         return _usage_error(str(e))
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(runner=_runner(options), options=options)
     live = progress.is_direct(options) and args.progress != "none"
     staging = pipeline.build(p, config, live_progress=live)
     try:
@@ -315,6 +355,9 @@ def run() -> None:
     (seen here: exit 139 after the summary). Everything is written and flushed by then.
     """
     code = main()
+    from beam_etl import workpool  # no Beam import: cheap
+
+    workpool.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -7,7 +7,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_etl import images, metadata, progress, records
-from beam_etl.transforms import REJECTS, AnalyzeStatistics, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
+from beam_etl.transforms import REJECTS, AnalyzeStatistics, DropKeys, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,12 +29,13 @@ class ConvertConfig:
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
     write_index: bool = False  # a DALI .idx beside each shard
     dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
+    encode_processes: int = 0  # >1: decode in that many processes beside the Beam worker (DirectRunner)
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
         out = dataclasses.asdict(self)
         out.update(dataclasses.asdict(self.policy))
-        del out["policy"], out["label_names"]
+        del out["policy"], out["label_names"], out["encode_processes"]  # speed, not content
         out["inputs"] = list(self.inputs)
         return out
 
@@ -75,19 +76,6 @@ class _PublishFn(beam.DoFn):
         yield document
 
 
-class _KeptFacts(beam.DoFn):
-    """Facts of the records that --dedup keeps."""
-
-    def __init__(self):
-        self.dropped = None
-
-    def process(self, facts, dropped):
-        if self.dropped is None:  # one global window, so one side input value: build the set once
-            self.dropped = set(dropped)
-        if facts.key not in self.dropped:
-            yield facts
-
-
 def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
     """Wire the convert pipeline into `p`; returns the staging folder it uses.
 
@@ -97,15 +85,15 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     refs, fingerprint = p | "ListImages" >> ListImages(config.inputs)
     inputs = refs | "CountInputs" >> beam.combiners.Count.Globally()
 
-    encoded = refs | "EncodeExamples" >> EncodeExamples(
+    settings = records.Settings(
         config.policy,
-        config.label_names,
+        {name: i for i, name in enumerate(config.label_names)},
         config.schema,
         config.validation_fraction,
         config.test_fraction,
         int(config.max_file_mb * 1e6),
-        progress.progress_folder(staging) if live_progress else None,
     )
+    encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress.progress_folder(staging) if live_progress else None)
     facts, dropped_keys, dropped_rows = encoded.facts, None, None
     if config.dedup:
         dropped_rows = (
@@ -115,7 +103,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             | "Duplicates" >> beam.FlatMapTuple(records.duplicates_to_drop)
         )
         dropped_keys = dropped_rows | "DroppedKey" >> beam.Map(lambda row: row["key"])
-        facts = encoded.facts | "Kept" >> beam.ParDo(_KeptFacts(), dropped=beam.pvalue.AsList(dropped_keys))
+        facts = encoded.facts | "Kept" >> beam.ParDo(DropKeys(lambda f: f.key), dropped=beam.pvalue.AsList(dropped_keys))
     # facts: one per record that will be written
     by_bytes = (
         facts

@@ -1,8 +1,9 @@
 """One reference and its bytes in, one serialised Example and its facts out, or a reject. No Beam."""
 
+import dataclasses
 import typing
 
-from beam_etl import images, schema
+from beam_etl import images, schema, sources
 from beam_etl.images import Rejected
 from beam_etl.sources import ImageRef, assign_split
 
@@ -56,6 +57,34 @@ def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: di
     )
     facts = Facts(split, ref.key, label, ref.label, canon.height, canon.width, len(example), canon.pixel_mean, canon.pixel_sq_mean, canon.pixel_sha256, canon.passthrough, canon.sha256, ref.uri)
     return split, example, facts
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the per-image work needs besides the reference; small and picklable, for worker processes."""
+
+    policy: images.Policy
+    label_ids: dict
+    schema_name: str = "default"
+    validation_fraction: float = 0.0
+    test_fraction: float = 0.0
+    max_file_bytes: int = 64_000_000
+
+
+def convert(ref: ImageRef, settings: Settings):
+    """Read one input and make its record: (split, Example bytes, Facts); raises Rejected."""
+    check_label(ref, settings.label_ids)  # before reading: a bad label costs no I/O
+    data = sources.read_bytes(ref, settings.max_file_bytes)
+    s = settings
+    return make_record(ref, data, s.policy, s.label_ids, s.schema_name, s.validation_fraction, s.test_fraction)
+
+
+def convert_or_reject(ref: ImageRef, settings: Settings):
+    """convert() with the reject as a value, for a process pool: (record, None) or (None, (reason, message))."""
+    try:
+        return convert(ref, settings), None
+    except Rejected as r:
+        return None, (r.reason, r.message)
 
 
 def duplicates_to_drop(pixel_sha256: str, members):

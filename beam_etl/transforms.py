@@ -1,5 +1,6 @@
 """The pipeline's stages, one PTransform each; they only wire the pure functions to Beam."""
 
+import functools
 import uuid
 
 import apache_beam as beam
@@ -9,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import progress, records, sharding, sources, tfrecord
+from beam_etl import progress, records, sharding, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = "beam_etl"
@@ -48,13 +49,12 @@ class ListImages(beam.PTransform):
 
 
 class _EncodeFn(beam.DoFn):
-    def __init__(self, policy, label_ids, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir=None):
-        self.policy = policy
+    """Reads and encodes each ImageRef, inline or in a process pool (processes > 1; DirectRunner only)."""
+
+    def __init__(self, settings, processes=0, progress_dir=None):
+        self.settings = settings
+        self.processes = processes
         self.progress_dir = progress_dir
-        self.label_ids = label_ids
-        self.schema_name = schema_name
-        self.fractions = (validation_fraction, test_fraction)
-        self.max_file_bytes = max_file_bytes
         self.written = Metrics.counter(NAMESPACE, "images_encoded")
         self.passthrough = Metrics.counter(NAMESPACE, "images_passed_through")
         self.rejected = Metrics.counter(NAMESPACE, "images_rejected")
@@ -63,20 +63,36 @@ class _EncodeFn(beam.DoFn):
     def setup(self):
         self.progress = progress.tally(self.progress_dir)  # live counts for the launcher; see progress.py
 
+    def start_bundle(self):
+        if self.processes > 1:
+            convert = functools.partial(records.convert_or_reject, settings=self.settings)
+            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri)
+
     def finish_bundle(self):
+        if self.processes > 1:  # what is still in the pool belongs to this bundle: emit it before it ends
+            for ref, outcome in self.pool.drain():
+                for out in self._outputs(ref, *outcome):
+                    tag, value = (out.tag, out.value) if isinstance(out, beam.pvalue.TaggedOutput) else (None, out)
+                    windowed = WindowedValue(value, 0, [GlobalWindow()])
+                    yield windowed if tag is None else beam.pvalue.TaggedOutput(tag, windowed)
         self.progress.flush()
 
     def process(self, ref):
-        try:
-            records.check_label(ref, self.label_ids)  # before reading: a bad label costs no I/O
-            data = sources.read_bytes(ref, self.max_file_bytes)
-            split, example, facts = records.make_record(ref, data, self.policy, self.label_ids, self.schema_name, *self.fractions)
-        except Rejected as r:
+        if self.processes > 1:
+            for done, outcome in self.pool.put(ref):
+                yield from self._outputs(done, *outcome)
+        else:
+            yield from self._outputs(ref, *records.convert_or_reject(ref, self.settings))
+
+    def _outputs(self, ref, record, reject):
+        if reject is not None:
+            reason, message = reject
             self.rejected.inc()
             self.progress.add(rejected=1)
-            Metrics.counter(NAMESPACE, f"rejected_{r.reason}").inc()
-            yield beam.pvalue.TaggedOutput(REJECTS, records.reject_row(ref, r.reason, r.message))
+            Metrics.counter(NAMESPACE, f"rejected_{reason}").inc()
+            yield beam.pvalue.TaggedOutput(REJECTS, records.reject_row(ref, reason, message))
             return
+        split, example, facts = record
         self.written.inc()
         self.progress.add(encoded=1)
         self.bytes.inc(len(example))
@@ -87,11 +103,16 @@ class _EncodeFn(beam.DoFn):
 
 
 class EncodeExamples(beam.PTransform):
-    """ImageRefs to (split, Example bytes), with Facts and rejects as tagged outputs."""
+    """ImageRefs to (split, Example bytes), with Facts and rejects as tagged outputs.
 
-    def __init__(self, policy, label_names, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir=None):
+    processes > 1 decodes in that many worker processes beside the Beam worker: for the
+    DirectRunner, whose in_memory mode runs Python on one core. Elements then leave in
+    input order but possibly in a later call (the global window is the only window here).
+    """
+
+    def __init__(self, settings, processes=0, progress_dir=None):
         super().__init__()
-        self.fn = _EncodeFn(policy, {name: i for i, name in enumerate(label_names)}, schema_name, validation_fraction, test_fraction, max_file_bytes, progress_dir)
+        self.fn = _EncodeFn(settings, processes, progress_dir)
 
     def expand(self, refs):
         return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", main="records")
@@ -215,18 +236,22 @@ def _dropped_side_input(dropped_keys) -> dict:
     return {} if dropped_keys is None else {"dropped": beam.pvalue.AsList(dropped_keys)}
 
 
-class _KeepFn(beam.DoFn):
-    """Drops the records of removed duplicates (--dedup) before WriteToTFRecord."""
+class DropKeys(beam.DoFn):
+    """Drops the elements whose key is among the removed duplicates (--dedup), a side input of keys."""
 
-    def __init__(self, schema_name):
-        self.schema_name = schema_name
+    def __init__(self, key_fn):
+        self.key_fn = key_fn
         self.dropped = None
 
     def process(self, element, dropped):
         if self.dropped is None:  # one global window, so one side input value: build the set once
             self.dropped = set(dropped)
-        if not self.dropped or records.key_of(element[1], self.schema_name) not in self.dropped:
+        if not self.dropped or self.key_fn(element) not in self.dropped:
             yield element
+
+
+def _record_key(schema_name, element):
+    return records.key_of(element[1], schema_name)
 
 
 class WriteRejects(beam.PTransform):
@@ -323,7 +348,7 @@ class WriteShardsWithTFRecordIO(beam.PTransform):
 
     def expand(self, examples):
         if self.dropped_keys is not None:
-            examples = examples | "DropDuplicates" >> beam.ParDo(_KeepFn(self.schema_name), dropped=beam.pvalue.AsList(self.dropped_keys))
+            examples = examples | "DropDuplicates" >> beam.ParDo(DropKeys(functools.partial(_record_key, self.schema_name)), dropped=beam.pvalue.AsList(self.dropped_keys))
         split_counts = examples | "SplitOf" >> beam.Map(lambda kv: kv[0]) | "CountSplits" >> beam.combiners.Count.PerElement()
         written = []
         for split in self.splits:

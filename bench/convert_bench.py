@@ -37,15 +37,18 @@ def configs(names):
     base = lambda workers: (lambda inp, out, mode_args, shards: [sys.executable, os.path.join(HERE, "baseline.py"), "--input", inp, "--output", out, "--num_shards", str(shards), "--workers", str(workers), *mode_args])
     beam_first = lambda out: os.path.join(out, ".staging-*", "chunks", "*")
     base_first = lambda out: os.path.join(out, ".tmp-*")
+    no_pool = ["--encode_processes", "0"]
     table = {
-        "beam in_memory x1": (beam(["--writer", "staged", "--direct_running_mode", "in_memory", "--direct_num_workers", "1"]), beam_first),
-        f"beam multi_threading x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES)]), beam_first),
-        f"beam multi_processing x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_processing", "--direct_num_workers", str(CORES)]), beam_first),
-        f"beam tfrecordio multi_threading x{CORES}": (beam(["--writer", "tfrecordio", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES)]), None),
+        # default: no flags at all, i.e. in_memory x1 with an encode pool of every core
+        f"beam default (in_memory x1 + {CORES} encode processes)": (beam([]), beam_first),
+        "beam in_memory x1": (beam(["--writer", "staged", "--direct_running_mode", "in_memory", "--direct_num_workers", "1", *no_pool]), beam_first),
+        f"beam multi_threading x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES), *no_pool]), beam_first),
+        f"beam multi_processing x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_processing", "--direct_num_workers", str(CORES), *no_pool]), beam_first),
+        f"beam tfrecordio multi_threading x{CORES}": (beam(["--writer", "tfrecordio", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES), *no_pool]), None),
         "baseline single process": (base(1), base_first),
         f"baseline Pool({CORES})": (base(CORES), base_first),
     }
-    aliases = {"in_memory": "beam in_memory x1", "multi_threading": f"beam multi_threading x{CORES}", "multi_processing": f"beam multi_processing x{CORES}",
+    aliases = {"default": f"beam default (in_memory x1 + {CORES} encode processes)", "in_memory": "beam in_memory x1", "multi_threading": f"beam multi_threading x{CORES}", "multi_processing": f"beam multi_processing x{CORES}",
                "tfrecordio": f"beam tfrecordio multi_threading x{CORES}", "single": "baseline single process", "pool": f"baseline Pool({CORES})"}
     return {aliases.get(n, n): table[aliases.get(n, n)] for n in names}
 
@@ -103,7 +106,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--num_shards", type=int, default=8)
     p.add_argument("--modes", default="passthrough,reencode")
-    p.add_argument("--configs", default="in_memory,multi_threading,multi_processing,single,pool")
+    p.add_argument("--configs", default="default,in_memory,multi_threading,multi_processing,single,pool")
     p.add_argument("--ratio_to", default="pool", help="the config the ratio column divides by")
     args = p.parse_args(argv)
     table = configs(args.configs.split(","))

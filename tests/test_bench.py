@@ -34,3 +34,22 @@ def test_source_files_finds_nested_images_and_rejects_empty(tmp_path):
     assert [os.path.relpath(p, tmp_path) for p in bench.source_files(str(tmp_path))] == ["a/1.JPG", "a/b/2.png"]
     with pytest.raises(FileNotFoundError, match="no .jpg/.jpeg/.png files under --source_dir"):
         bench.source_files(str(tmp_path / "a" / "b" / "nothing"))
+
+
+def test_gpu_check_runs_end_to_end_without_a_gpu_when_allowed(mnist_dataset):
+    """bench/gpu_check.py is only run on a lent GPU machine; this keeps its code path alive on CPUs."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    script = os.path.join(ROOT, "bench", "gpu_check.py")
+    refused = subprocess.run([sys.executable, script, "--data_dir", mnist_dataset], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert refused.returncode == 2 and "sees no GPU" in refused.stderr and "--allow_cpu" in refused.stderr
+    args = ["--data_dir", mnist_dataset, "--allow_cpu", "--model", "small_cnn", "--image_size", "28", "--batch_size", "16", "--warmup", "1", "--steps", "2"]
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [row["what"] for row in result["rows"]] == [
+        "input pipeline, prefetch to host memory",
+        "small_cnn training, synthetic data",
+        "small_cnn training, real data",
+    ]
+    assert all(row["images_per_second"] > 0 for row in result["rows"]) and result["real_over_synthetic"] > 0
+    assert "| what | images/s |" in proc.stdout

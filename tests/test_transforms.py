@@ -5,7 +5,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
-from beam_etl import images, schema, tfrecord
+from beam_etl import images, records, schema, tfrecord
 from beam_etl.images import Policy
 from beam_etl.sources import ImageRef
 from beam_etl.transforms import REJECTS, EncodeExamples, ListImages, WriteShards
@@ -40,7 +40,8 @@ def test_list_images(folder):
         assert_that(fingerprint | beam.Map(len), equal_to([32]), label="FingerprintIsHex")
 
 
-def test_encode_examples_routes_rejects(folder):
+@pytest.mark.parametrize("processes", [0, 2], ids=["inline", "pool"])
+def test_encode_examples_routes_rejects(folder, processes):
     refs = [
         ImageRef("cat/1.jpg", str(folder / "cat/1.jpg"), "cat", "", -1),
         ImageRef("dog/3.jpg", str(folder / "dog/3.jpg"), "dog", "validation", -1),
@@ -50,7 +51,7 @@ def test_encode_examples_routes_rejects(folder):
         ImageRef("gone.jpg", str(folder / "gone.jpg"), "cat", "", -1),
     ]
     with TestPipeline() as p:
-        out = p | beam.Create(refs) | "EncodeExamples" >> EncodeExamples(Policy(), ["cat", "dog"], "default", 0.0, 0.0, 10_000_000)
+        out = p | beam.Create(refs) | "EncodeExamples" >> EncodeExamples(records.Settings(Policy(), {"cat": 0, "dog": 1}, "default", 0.0, 0.0, 10_000_000), processes)
         assert_that(out.records | "Splits" >> beam.Map(lambda kv: kv[0]), equal_to(["train", "validation"]), label="Records")
         assert_that(
             out[REJECTS] | beam.Map(lambda row: (row["key"], row["reason"])),

@@ -1,0 +1,134 @@
+"""The per-image work in a pool of processes, in input order, a bounded number of chunks in flight. No Beam.
+
+Why: the DirectRunner runs Python DoFns on one core (in_memory) or pays a gRPC hop per
+element and a full copy of the job per worker (multi_processing). Decoding is the cost, so
+the encode step hands it to worker processes and keeps everything else where it is.
+"""
+
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+import threading
+
+_POOLS = {}  # processes -> ProcessPoolExecutor, shared by every DoFn instance of this process
+
+
+class WorkerDied(RuntimeError):
+    """A pool process died (killed for memory, or a crash in a native library) while working on some items."""
+
+
+def cores() -> int:
+    """The cores this process may run on (cgroup and affinity aware where the OS says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _context():
+    # Not fork: the parent has TensorFlow's and gRPC's threads, which a fork copies half-way.
+    # forkserver imports the worker modules once and forks clean children from that.
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    return multiprocessing.get_context(method)
+
+
+def executor(processes: int, preload=("beam_etl.records",)) -> concurrent.futures.ProcessPoolExecutor:
+    """The shared pool of `processes` workers, started on first use."""
+    pool = _POOLS.get(processes)
+    if pool is None:
+        context = _context()
+        if context.get_start_method() == "forkserver":
+            context.set_forkserver_preload(list(preload))
+        pool = _POOLS[processes] = concurrent.futures.ProcessPoolExecutor(processes, mp_context=context)
+    return pool
+
+
+def _noop():
+    return os.getpid()
+
+
+def warm(processes: int) -> None:
+    """Start the pool's processes in the background now, so their start-up overlaps the launcher's."""
+    pool = executor(processes)
+
+    def start():
+        try:
+            for _ in range(processes):
+                pool.submit(_noop)  # each submit starts one more worker until there are `processes`
+        except RuntimeError:  # shut down meanwhile: the launcher is leaving
+            pass
+
+    # A submit waits until the forkserver has imported the worker modules (~2 s): not on this thread.
+    threading.Thread(target=start, name="workpool-warm", daemon=True).start()
+
+
+def shutdown() -> None:
+    """Stop every pool of this process (the launcher calls it before exiting)."""
+    while _POOLS:
+        _, pool = _POOLS.popitem()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _discard(processes: int) -> None:
+    pool = _POOLS.pop(processes, None)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run_chunk(fn, items):
+    return [fn(item) for item in items]
+
+
+class OrderedMap:
+    """fn over items in a process pool, in chunks; yields (item, fn(item)) in input order.
+
+    At most `max_chunks` chunks are in flight, so memory is bounded by
+    chunk_size * max_chunks results whatever the input size.
+    """
+
+    def __init__(self, processes: int, fn, chunk_size: int = 16, max_chunks: int = 0, describe=repr):
+        self.processes, self.fn, self.chunk_size = processes, fn, chunk_size
+        self.max_chunks = max_chunks or 3 * processes  # enough to keep every worker busy while the caller works
+        self.describe = describe
+        self.pool = executor(processes)
+        self.chunk, self.pending = [], collections.deque()  # pending: (items, future)
+
+    def put(self, item):
+        """Queue one item; yields the results that are ready (waits when too many are in flight)."""
+        self.chunk.append(item)
+        if len(self.chunk) >= self.chunk_size:
+            self._submit()
+        while self.pending and (len(self.pending) > self.max_chunks or self.pending[0][1].done()):
+            yield from self._pop()
+
+    def drain(self):
+        """Yields every remaining result, waiting for them."""
+        if self.chunk:
+            self._submit()
+        while self.pending:
+            yield from self._pop()
+
+    def _submit(self):
+        items, self.chunk = self.chunk, []
+        try:
+            future = self.pool.submit(_run_chunk, self.fn, items)
+        except concurrent.futures.process.BrokenProcessPool:
+            self._broken(items)
+        self.pending.append((items, future))
+
+    def _pop(self):
+        items, future = self.pending.popleft()
+        try:
+            results = future.result()
+        except concurrent.futures.process.BrokenProcessPool:
+            self._broken(items)
+        yield from zip(items, results)
+
+    def _broken(self, items):
+        _discard(self.processes)  # a retry gets a fresh pool
+        first = self.describe(items[0]) if items else "?"
+        raise WorkerDied(
+            f"a worker process died (killed for memory, or a crash in an image library) while working on {len(items)} "
+            f"items starting with {first}; rerun with --encode_processes 0 to do the work in the Beam worker and find the input"
+        ) from None

@@ -1,0 +1,63 @@
+"""The process pool that the encode step uses on the DirectRunner: order, bounds, and a dying worker."""
+
+import os
+import signal
+
+import pytest
+
+from beam_etl import workpool
+
+
+def _square_with_pid(x):
+    return x * x, os.getpid()
+
+
+def _die_on_13(x):
+    if x == 13:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would
+    return x
+
+
+def test_results_come_back_in_input_order_from_several_processes():
+    pool = workpool.OrderedMap(2, _square_with_pid, chunk_size=3, max_chunks=2)
+    out = []
+    for i in range(50):
+        out.extend(pool.put(i))
+        assert len(pool.pending) <= 2  # bounded: the caller is made to wait
+    early = len(out)
+    out.extend(pool.drain())
+    assert [item for item, _ in out] == list(range(50))
+    assert [result for _, (result, _) in out] == [i * i for i in range(50)]
+    assert early >= 50 - 3 * 3  # most results left through put(), not at the end
+    assert len({pid for _, (_, pid) in out} - {os.getpid()}) == 2
+
+
+def test_a_killed_worker_names_the_items_and_the_next_step():
+    pool = workpool.OrderedMap(2, _die_on_13, chunk_size=4, describe=lambda x: f"item-{x}")
+    with pytest.raises(workpool.WorkerDied, match=r"died .* starting with item-\d+; rerun with --encode_processes 0"):
+        for i in range(40):
+            list(pool.put(i))
+        list(pool.drain())
+    again = workpool.OrderedMap(2, _square_with_pid)  # the broken pool was replaced
+    assert [r for _, (r, _) in list(again.put(3)) + list(again.drain())] == [9]
+
+
+def test_cores_is_positive():
+    assert workpool.cores() >= 1
+
+
+def test_encode_processes_auto_is_every_core_only_on_the_in_memory_direct_runner():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_etl import cli
+
+    cores = workpool.cores()
+    expected = cores if cores > 1 else 0
+    assert cli._encode_processes("auto", cli._pipeline_options([])) == expected
+    assert cli._encode_processes("auto", cli._pipeline_options(["--direct_running_mode", "multi_threading"])) == 0
+    assert cli._encode_processes("auto", PipelineOptions(["--runner", "DataflowRunner"])) == 0
+    assert cli._encode_processes("3", PipelineOptions(["--runner", "DataflowRunner"])) == 3  # asked for: honoured
+    assert cli._pipeline_options(["--direct_running_mode", "multi_processing"]).get_all_options()["direct_num_workers"] == cores
+    for bad in ("many", "-1"):
+        with pytest.raises(ValueError, match="--encode_processes"):
+            cli._encode_processes(bad, cli._pipeline_options([]))
