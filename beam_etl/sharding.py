@@ -74,49 +74,78 @@ def write_index(path: str, offsets) -> None:
         f.write(np.asarray(offsets, dtype="<i8").tobytes())
 
 
-def gather(chunks, index: int, count: int):
-    """The framed records of shard `index`: every count-th record of the ordered chunks.
+def locate(chunks, index: int, count: int):
+    """Where the records of shard `index` are: [(chunk path, offset)], every count-th record of the ordered chunks.
 
     Striding makes every shard a stratified sample of the whole split, whatever order the
     runner delivered records in (one class per input folder, say), and balances the
-    counts to within one record. Reads move forward through each chunk.
+    counts to within one record. Only offsets: nothing of the payloads is read.
     """
-    framed = []
+    places = []
     for path, first, n in order(chunks):
         offsets = read_index(path)
         if len(offsets) != n:
             raise tfrecord.CorruptRecord(f"{path}: index lists {len(offsets)} records, expected {n}")
-        local = np.arange((index - first) % count, n, count)
-        if not len(local):
-            continue
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            for j in local:
-                f.seek(int(offsets[j]))
-                framed.append(tfrecord.read_framed(f, path, int(offsets[j])))
-    return framed
+        places.extend((path, int(offsets[j])) for j in range((index - first) % count, n, count))
+    return places
+
+
+def gather(chunks, index: int, count: int):
+    """The framed records of shard `index` in stride order (what write_shard shuffles), read one at a time."""
+    with _Reader() as reader:
+        return [reader.framed(path, offset) for path, offset in locate(chunks, index, count)]
+
+
+class _Reader:
+    """Reads framed records at (chunk, offset), CRCs checked, with a few chunk files kept open."""
+
+    def __init__(self, keep_open: int = 32):
+        self.files, self.keep_open = {}, keep_open  # path -> open file, oldest first
+
+    def framed(self, path: str, offset: int) -> bytes:
+        f = self.files.pop(path, None)
+        if f is None:
+            if len(self.files) >= self.keep_open:
+                self.files.pop(next(iter(self.files))).close()
+            f = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self.files[path] = f  # now the most recent
+        f.seek(offset)
+        return tfrecord.read_framed(f, path, offset)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for f in self.files.values():
+            f.close()
+        self.files = {}
 
 
 def write_shard(chunks, index: int, count: int, dest: str, compression: str = "none", seed: str = "", keep=None):
     """Write shard `index` of `count` to `dest`; return (examples, bytes, sha256).
 
-    The records are shuffled within the shard (seeded, so a retry writes the same file);
-    memory holds one shard, which --shard_size_mb bounds. `keep(record)` drops records it is
-    false for (removed duplicates). The caller writes to a temporary name and renames.
+    The records are shuffled within the shard (seeded, so a retry writes the same file) by
+    shuffling their offsets, then copied one at a time: memory holds offsets, not payloads,
+    so it does not grow with the shard size. (The chunks were just written, so on a local
+    disk the reads come from the page cache.) `keep(record)` drops records it is false for
+    (removed duplicates). The caller writes to a temporary name and renames.
     """
-    framed = gather(chunks, index, count)
-    if keep is not None:
-        framed = [f for f in framed if keep(f[12:-4])]
-    random.Random(f"{seed}/{index}/{count}").shuffle(framed)
+    places = locate(chunks, index, count)
+    random.Random(f"{seed}/{index}/{count}").shuffle(places)
     ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
-    digest, nbytes = hashlib.sha256(), 0
-    with FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype) as out:
-        for record in framed:
+    digest, nbytes, examples = hashlib.sha256(), 0, 0
+    with _Reader() as reader, FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype) as out:
+        for path, offset in places:
+            record = reader.framed(path, offset)
+            if keep is not None and not keep(record[12:-4]):
+                continue
             out.write(record)
+            examples += 1
             nbytes += len(record)
             digest.update(record)
     if compression == "gzip":
-        return len(framed), *file_digest(dest)  # the digest is of the stored, compressed bytes
-    return len(framed), nbytes, digest.hexdigest()
+        return examples, *file_digest(dest)  # the digest is of the stored, compressed bytes
+    return examples, nbytes, digest.hexdigest()
 
 
 def file_digest(path: str):
