@@ -87,7 +87,7 @@ class OrderedMap:
     chunk_size * max_chunks results whatever the input size.
     """
 
-    def __init__(self, processes: int, fn, chunk_size: int = 16, max_chunks: int = 0, describe=repr):
+    def __init__(self, processes: int, fn, chunk_size: int = 64, max_chunks: int = 0, describe=repr):
         self.processes, self.fn, self.chunk_size = processes, fn, chunk_size
         self.max_chunks = max_chunks or 3 * processes  # enough to keep every worker busy while the caller works
         self.describe = describe
