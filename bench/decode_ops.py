@@ -24,6 +24,8 @@ def v_full_nofloat(x, seed):
     return tf.image.resize(tf.io.decode_jpeg(x, channels=3), [S, S], antialias=False)
 def v_train(x, seed):
     return preprocess.train_image(x, tf.constant("jpeg"), seed, image_size=S, channels=3)
+def v_train_norm(x, seed):
+    return preprocess.normalize(v_train(x, seed), [120.0, 115.0, 100.0], [60.0, 58.0, 62.0])
 def v_crop_only(x, seed):
     w = preprocess._crop_window(tf.image.extract_jpeg_shape(x), tf.cast(seed, tf.int64), preprocess.Augment())
     return tf.image.decode_and_crop_jpeg(x, w, channels=3)[:1, :1]
@@ -40,7 +42,7 @@ def v_decode_only(x, seed):
 def v_window_only(x, seed):
     return preprocess._crop_window(tf.image.extract_jpeg_shape(x), tf.cast(seed, tf.int64), preprocess.Augment())
 
-variants = dict(full=v_full, full_nofloat=v_full_nofloat, train=v_train, crop_only=v_crop_only, crop_resize=v_crop_resize,
+variants = dict(full=v_full, full_nofloat=v_full_nofloat, train=v_train, train_norm=v_train_norm, crop_only=v_crop_only, crop_resize=v_crop_resize,
                 fullcrop_resize=v_fullcrop_resize, decode_only=v_decode_only, window_only=v_window_only)
 
 def ds_for(fn):
