@@ -75,8 +75,7 @@ def convert(ref: ImageRef, settings: Settings):
     """Read one input and make its record: (split, Example bytes, Facts); raises Rejected."""
     check_label(ref, settings.label_ids)  # before reading: a bad label costs no I/O
     data = sources.read_bytes(ref, settings.max_file_bytes)
-    s = settings
-    return make_record(ref, data, s.policy, s.label_ids, s.schema_name, s.validation_fraction, s.test_fraction)
+    return make_record(ref, data, settings.policy, settings.label_ids, settings.schema_name, settings.validation_fraction, settings.test_fraction)
 
 
 def convert_or_reject(ref: ImageRef, settings: Settings):

@@ -90,12 +90,6 @@ def locate(chunks, index: int, count: int):
     return places
 
 
-def gather(chunks, index: int, count: int):
-    """The framed records of shard `index` in stride order (what write_shard shuffles), read one at a time."""
-    with _Reader() as reader:
-        return [reader.framed(path, offset) for path, offset in locate(chunks, index, count)]
-
-
 class _Reader:
     """Reads framed records at (chunk, offset), CRCs checked, with a few chunk files kept open."""
 

@@ -1,8 +1,8 @@
 """The plain-Python converter the Beam pipeline is measured against (issue 6).
 
 It does the same per-image work as `beam-etl convert` -- list the inputs with
-beam_etl.sources, read each file with sources.read_bytes, make the record with
-records.make_record, frame it with tfrecord.frame -- and writes the same number of
+beam_etl.sources, read and encode each file with records.convert_or_reject (the
+pipeline's own per-image function), frame it with tfrecord.frame -- and writes the same number of
 TFRecord shards per split, plus the dataset counts. No Beam pipeline, no TFT analysis,
 no duplicate/leakage detection, no shuffle within shards, no atomic publish: it is the
 floor that the pipeline's overhead is measured from.
@@ -10,7 +10,7 @@ floor that the pipeline's overhead is measured from.
     python bench/baseline.py --input /tmp/photos5k --output /tmp/base --num_shards 8            # Pool(cores)
     python bench/baseline.py --input /tmp/photos5k --output /tmp/base --num_shards 8 --workers 1  # one process
 
-Workers return (split, example bytes, facts); the parent writes each split's records
+Workers return ((split, example bytes, facts), None) or (None, reject); the parent writes each split's records
 round-robin to its shards (record i of a split goes to shard i % count), so memory stays
 flat: at most the pool's in-flight results are held.
 """
@@ -27,18 +27,13 @@ from beam_etl import images, records, sharding, sources, tfrecord
 _STATE = {}
 
 
-def _init(policy, label_ids, schema_name, val_frac, test_frac, max_bytes):
-    _STATE.update(policy=policy, label_ids=label_ids, schema=schema_name, val=val_frac, test=test_frac, max_bytes=max_bytes)
+def _init(settings):
+    _STATE["settings"] = settings
 
 
 def convert_one(ref):
-    """(split, example bytes, facts) or (None, reason, ref.key) for a rejected input."""
-    s = _STATE
-    try:
-        data = sources.read_bytes(ref, s["max_bytes"])
-        return records.make_record(ref, data, s["policy"], s["label_ids"], s["schema"], s["val"], s["test"])
-    except images.Rejected as e:
-        return None, e.reason, ref.key
+    """The pipeline's own per-image function: ((split, example bytes, facts), None) or (None, (reason, message))."""
+    return records.convert_or_reject(ref, _STATE["settings"])
 
 
 class ShardWriter:
@@ -76,17 +71,18 @@ def run(inputs, output, num_shards, policy, workers, schema_name="default", val_
     label_names = sources.label_names(inputs)
     label_ids = {name: i for i, name in enumerate(label_names)}
     refs = [ref for uri in inputs for ref, _ in sources.listing(uri)]
-    init_args = (policy, label_ids, schema_name, val_frac, test_frac, int(max_file_mb * 1e6))
+    init_args = (records.Settings(policy, label_ids, schema_name, val_frac, test_frac, int(max_file_mb * 1e6)),)
     writer = ShardWriter(output, num_shards)
     label_counts, reject_counts, channel_sum = {}, {}, None
     first_record_s = None
 
     def consume(results):
         nonlocal channel_sum, first_record_s
-        for split, example, facts in results:
-            if split is None:
-                reject_counts[example] = reject_counts.get(example, 0) + 1
+        for record, reject in results:
+            if reject is not None:
+                reject_counts[reject[0]] = reject_counts.get(reject[0], 0) + 1
                 continue
+            split, example, facts = record
             writer.write(split, example)
             if first_record_s is None:
                 first_record_s = time.perf_counter() - started

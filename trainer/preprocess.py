@@ -112,7 +112,7 @@ def normalize(images, mean, std):
     # Broadcasting a [C] vector over the innermost axis is a slow path in TensorFlow's CPU
     # kernels: on 224x224x3 it cost 1.3 ms per image, as much as the decode, and halved the
     # reader's rate. Tiled to a full [H, W, C] plane first, the broadcast is over the outer
-    # axes only (0.42 ms; bench/decode_ops.py and docs/BENCHMARKS.md section 4).
+    # axes only (0.42 ms; bench/normalize_ops.py and docs/BENCHMARKS.md section 4).
     plane = tf.shape(images)[-3:]
     reps = tf.concat([plane[:2], [1]], 0)
     return images * tf.tile(scale[None, None, :], reps) + tf.tile(offset[None, None, :], reps)
