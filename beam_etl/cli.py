@@ -34,7 +34,7 @@ def _convert_parser(sub):
     p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
-    p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
+    p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
     p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
     return p
@@ -155,10 +155,21 @@ def _writer(args, beam_args) -> str:
     """Which shard writer: see README 'Writing shards'."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+    from apache_beam.options.pipeline_options import DirectOptions
+
     writer = args.writer
+    options = PipelineOptions(beam_args)
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    direct = runner.split(".")[-1] in ("DirectRunner", "direct", "SwitchingDirectRunner")
     if writer == "auto":
-        runner = PipelineOptions(beam_args).view_as(StandardOptions).runner or "DirectRunner"
-        writer = "staged" if runner.split(".")[-1] in ("DirectRunner", "direct", "SwitchingDirectRunner") else "tfrecordio"
+        writer = "staged" if direct else "tfrecordio"
+    if writer == "tfrecordio" and direct and options.view_as(DirectOptions).direct_running_mode == "multi_threading":
+        # Beam 2.77's multi_threading mode drops a few large elements on their way into a
+        # GroupByKey (reproduced with Beam alone: docs/BENCHMARKS.md, "Records lost").
+        raise ValueError(
+            "--writer tfrecordio loses records on the DirectRunner's multi_threading mode (a Beam bug, "
+            "see docs/BENCHMARKS.md); use --writer staged, or --direct_running_mode in_memory or multi_processing"
+        )
     if writer == "tfrecordio":
         from beam_etl import sharding
 

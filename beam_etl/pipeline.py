@@ -29,7 +29,7 @@ class ConvertConfig:
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
     write_index: bool = False  # a DALI .idx beside each shard
     dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
-    encode_processes: int = 0  # >1: decode in that many processes beside the Beam worker (DirectRunner)
+    encode_processes: int = 0  # >1: decode, encode and write shards in that many processes beside the Beam worker (DirectRunner)
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
@@ -82,8 +82,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
     """
     staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
-    refs, fingerprint = p | "ListImages" >> ListImages(config.inputs)
-    inputs = refs | "CountInputs" >> beam.combiners.Count.Globally()
+    refs, fingerprint, inputs = p | "ListImages" >> ListImages(config.inputs, spread=config.encode_processes <= 1)
 
     settings = records.Settings(
         config.policy,
@@ -128,6 +127,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             config.write_index,
             config.schema,
             dropped_keys,
+            config.encode_processes,
         )
     # shards: one dict per shard written
     label_counts = (

@@ -3,12 +3,13 @@
 import hashlib
 import math
 import random
+import uuid
 
 import numpy as np
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from beam_etl import tfrecord
+from beam_etl import localio, tfrecord
 
 
 def parse_num_shards(text):
@@ -122,13 +123,18 @@ def write_shard(chunks, index: int, count: int, dest: str, compression: str = "n
     shuffling their offsets, then copied one at a time: memory holds offsets, not payloads,
     so it does not grow with the shard size. (The chunks were just written, so on a local
     disk the reads come from the page cache.) `keep(record)` drops records it is false for
-    (removed duplicates). The caller writes to a temporary name and renames.
+    (removed duplicates). The caller writes to a temporary name and renames. An uncompressed
+    local shard is written with O_DIRECT (localio: the page cache costs more than the disk).
     """
     places = locate(chunks, index, count)
     random.Random(f"{seed}/{index}/{count}").shuffle(places)
     ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
     digest, nbytes, examples = hashlib.sha256(), 0, 0
-    with _Reader() as reader, FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype) as out:
+    if compression == "none" and localio.is_local(dest):
+        output = localio.DirectWriter(dest)
+    else:
+        output = FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype)
+    with _Reader() as reader, output as out:
         for path, offset in places:
             record = reader.framed(path, offset)
             if keep is not None and not keep(record[12:-4]):
@@ -140,6 +146,32 @@ def write_shard(chunks, index: int, count: int, dest: str, compression: str = "n
     if compression == "gzip":
         return examples, *file_digest(dest)  # the digest is of the stored, compressed bytes
     return examples, nbytes, digest.hexdigest()
+
+
+def write_task(task, shard_dir: str, compression: str = "none", index: bool = False, schema_name: str = "default", dropped=()) -> dict:
+    """Write one planned shard (split, index, count, chunks) to shard_dir, atomically; returns its description.
+
+    dropped: keys of removed duplicates (--dedup) to leave out; index: a DALI index beside it.
+    """
+    from beam_etl import records
+
+    split, number, count, chunks = task
+    name = shard_name(split, number, count, compression)
+    final = FileSystems.join(shard_dir, name)
+    temp = FileSystems.join(shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
+    keep = None
+    if dropped:  # few, so a set per task is cheap
+        dropped = set(dropped)
+        keep = lambda record: records.key_of(record, schema_name) not in dropped  # noqa: E731
+    examples, nbytes, digest = write_shard(chunks, number, count, temp, compression, seed=split, keep=keep)
+    if index:  # from the temp file, before the rename makes the shard visible
+        from beam_etl.index import index_name, write_index
+
+        write_index(temp, FileSystems.join(shard_dir, index_name(name)), check=False)
+    if FileSystems.exists(final):  # a retried task: the first copy has the same records
+        FileSystems.delete([final])
+    FileSystems.rename([temp], [final])
+    return {"split": split, "file": name, "index": number, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest, "indexed": index}
 
 
 def file_digest(path: str):

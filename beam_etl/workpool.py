@@ -10,6 +10,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import threading
+import time
 
 _POOLS = {}  # processes -> ProcessPoolExecutor, shared by every DoFn instance of this process
 
@@ -33,15 +34,46 @@ def _context():
     return multiprocessing.get_context(method)
 
 
-def executor(processes: int, preload=("beam_etl.records",)) -> concurrent.futures.ProcessPoolExecutor:
+def executor(processes: int, preload=("beam_etl.records", "beam_etl.sharding")) -> concurrent.futures.ProcessPoolExecutor:
     """The shared pool of `processes` workers, started on first use."""
     pool = _POOLS.get(processes)
     if pool is None:
         context = _context()
         if context.get_start_method() == "forkserver":
             context.set_forkserver_preload(list(preload))
-        pool = _POOLS[processes] = concurrent.futures.ProcessPoolExecutor(processes, mp_context=context)
+        pool = _POOLS[processes] = concurrent.futures.ProcessPoolExecutor(processes, mp_context=context, initializer=_leave_with, initargs=(os.getpid(),))
     return pool
+
+
+def _leave_with(launcher: int) -> None:
+    """In each worker: exit once the launcher is gone.
+
+    A launcher killed by SIGTERM, SIGKILL or the OOM killer cleans nothing up, and its
+    workers would wait for work forever, holding the forkserver alive with them (seen here).
+    """
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if not _running(launcher):
+                os._exit(0)
+
+    threading.Thread(target=watch, name="workpool-watch", daemon=True).start()
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie, not yet reaped by its parent, has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: it exists
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:  # no /proc (macOS): kill(0) is all there is
+        return True
 
 
 def _noop():

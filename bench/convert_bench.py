@@ -14,6 +14,11 @@ Measured per run:
   maxrss    the largest peak RSS of any one process of the tree (os.wait4 rusage, as /usr/bin/time -f %M)
   sum RSS   the peak of the RSS summed over the process tree, sampled every 0.2 s with psutil
             (what matters in multi_processing mode, where the work is in child processes)
+
+--cache sets the page cache before every run, the same for every configuration: `warm` reads
+every input once (inputs on a warm local disk), `cold` writes back and drops the whole page
+cache (inputs read from the disk; needs root). Left as it is, a run finds whatever the run
+before it left cached, and on a 2-core VM that moved a 50k run from 100 s to 168 s.
 """
 
 import argparse
@@ -44,12 +49,13 @@ def configs(names):
         "beam in_memory x1": (beam(["--writer", "staged", "--direct_running_mode", "in_memory", "--direct_num_workers", "1", *no_pool]), beam_first),
         f"beam multi_threading x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES), *no_pool]), beam_first),
         f"beam multi_processing x{CORES}": (beam(["--writer", "staged", "--direct_running_mode", "multi_processing", "--direct_num_workers", str(CORES), *no_pool]), beam_first),
-        f"beam tfrecordio multi_threading x{CORES}": (beam(["--writer", "tfrecordio", "--direct_running_mode", "multi_threading", "--direct_num_workers", str(CORES), *no_pool]), None),
+        # not multi_threading: beam-etl refuses tfrecordio there (bench/beam_record_loss.py)
+        "beam tfrecordio in_memory x1": (beam(["--writer", "tfrecordio", "--direct_running_mode", "in_memory", *no_pool]), None),
         "baseline single process": (base(1), base_first),
         f"baseline Pool({CORES})": (base(CORES), base_first),
     }
     aliases = {"default": f"beam default (in_memory x1 + {CORES} encode processes)", "in_memory": "beam in_memory x1", "multi_threading": f"beam multi_threading x{CORES}", "multi_processing": f"beam multi_processing x{CORES}",
-               "tfrecordio": f"beam tfrecordio multi_threading x{CORES}", "single": "baseline single process", "pool": f"baseline Pool({CORES})"}
+               "tfrecordio": "beam tfrecordio in_memory x1", "single": "baseline single process", "pool": f"baseline Pool({CORES})"}
     return {aliases.get(n, n): table[aliases.get(n, n)] for n in names}
 
 
@@ -95,6 +101,23 @@ def run_once(argv, first_glob, out):
     return {"wall": wall, "startup": first, "maxrss_mb": usage.ru_maxrss / 1024, "sum_rss_mb": peak_sum / 2**20}
 
 
+def set_cache(state: str, folder: str) -> None:
+    """Put the page cache in `state` (warm, cold or asis) before a run."""
+    if state == "warm":
+        for root, _, files in os.walk(folder):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+    elif state == "cold":
+        os.sync()
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+        except OSError as e:
+            raise SystemExit(f"--cache cold: cannot drop the page cache ({e}); run as root, or pass --cache warm") from None
+
+
 def count_images(folder):
     return sum(1 for _, _, files in os.walk(folder) for f in files if f.lower().endswith((".jpg", ".jpeg", ".png")))
 
@@ -108,6 +131,7 @@ def main(argv=None):
     p.add_argument("--modes", default="passthrough,reencode")
     p.add_argument("--configs", default="default,in_memory,multi_threading,multi_processing,single,pool")
     p.add_argument("--ratio_to", default="pool", help="the config the ratio column divides by")
+    p.add_argument("--cache", choices=("warm", "cold", "asis"), default="warm", help="page cache before every run: inputs read once (warm), everything dropped (cold, needs root), or as the last run left it")
     args = p.parse_args(argv)
     table = configs(args.configs.split(","))
     ratio_to = configs([args.ratio_to]).popitem()[0] if args.ratio_to else None
@@ -119,12 +143,14 @@ def main(argv=None):
             for name in names:
                 build, first = table[name]
                 out = os.path.join(args.scratch, "out")
+                shutil.rmtree(out, ignore_errors=True)  # before the cache is set, so that every run finds the same
+                set_cache(args.cache, args.input)
                 r = run_once(build(args.input, out, MODES[mode], args.num_shards), first(out) if first else None, out)
                 results.setdefault((mode, name), []).append(r)
                 print(f"# rep {rep + 1} {mode:11} {name:36} wall {r['wall']:6.1f}s startup {r['startup'] if r['startup'] is None else round(r['startup'], 1)}s "
                       f"maxrss {r['maxrss_mb']:6.0f} MB sum {r['sum_rss_mb']:6.0f} MB", flush=True)
     shutil.rmtree(args.scratch, ignore_errors=True)
-    print(f"\n{images} images, {args.reps} interleaved reps, {CORES} cores; medians; ratio = throughput / {ratio_to}\n")
+    print(f"\n{images} images, {args.reps} interleaved reps, {CORES} cores, page cache {args.cache}; medians; ratio = throughput / {ratio_to}\n")
     print("| mode | configuration | wall s | images/s | ratio | start-up s | peak RSS one process MB | peak RSS tree sum MB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for mode in args.modes.split(","):

@@ -53,3 +53,27 @@ def test_gpu_check_runs_end_to_end_without_a_gpu_when_allowed(mnist_dataset):
     ]
     assert all(row["images_per_second"] > 0 for row in result["rows"]) and result["real_over_synthetic"] > 0
     assert "| what | images/s |" in proc.stdout
+
+
+def _run_bench_script(name, *args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "bench", name), *map(str, args)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+
+
+def test_cpu_timeline_counts_the_children_of_a_command():
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5: pass"
+    burn = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}], check=True)"
+    proc = _run_bench_script("cpu_timeline.py", "--step", "1", "--", sys.executable, "-c", burn)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    total = proc.stdout.strip().splitlines()[-1].split("|")
+    root, others = float(total[2]) + float(total[3]), float(total[4]) + float(total[5])
+    assert others >= 1.0, proc.stdout  # most of the 2.5 s of CPU burnt in the grandchild is seen (up to 1 s, after the last sample, is not)
+    assert root < others, proc.stdout
+
+
+def test_write_cost_compares_buffered_and_direct_writes(tmp_path):
+    proc = _run_bench_script("write_cost.py", "--dir", tmp_path, "--mb", 8, "--reps", 2)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| buffered") or line.startswith("| O_DIRECT")]
+    assert len(rows) == 2, proc.stdout
+    assert not list(tmp_path.iterdir())  # its files are removed

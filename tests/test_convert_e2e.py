@@ -208,6 +208,14 @@ def test_tfrecordio_writer_needs_a_shard_count(tmp_path):
     assert proc.returncode == 2 and "WriteToTFRecord fixes the shard count" in proc.stderr
 
 
+def test_tfrecordio_writer_is_refused_where_beam_loses_records(tmp_path):
+    src = tmp_path / "src"
+    make_folder(src, seeds=range(3))
+    proc = run_convert("--input", src, "--output", tmp_path / "out", "--writer", "tfrecordio", "--num_shards", "2", "--direct_running_mode", "multi_threading", check=False)
+    assert proc.returncode == 2 and "loses records on the DirectRunner's multi_threading mode" in proc.stderr
+    assert not (tmp_path / "out" / "dataset.json").exists()
+
+
 def test_rerun_of_unchanged_source_is_a_no_op(converted):
     root, _, out, _ = converted
     before = (out / "dataset.json").read_bytes()

@@ -417,7 +417,7 @@ def test_rebuild_workflow_fingerprint_equals_the_pipelines(tmp_path):
     expected = proc.stdout.strip()
     assert re.fullmatch(r"[0-9a-f]{32}", expected)
     with beam.Pipeline() as p:
-        _, fingerprint = p | ListImages([str(tmp_path)])
+        _, fingerprint, _ = p | ListImages([str(tmp_path)])
         assert_that(fingerprint, equal_to([expected]))
 
 

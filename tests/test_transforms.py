@@ -29,15 +29,17 @@ def folder(tmp_path):
     return root
 
 
-def test_list_images(folder):
+@pytest.mark.parametrize("spread", [True, False])
+def test_list_images(folder, spread):
     with TestPipeline() as p:
-        refs, fingerprint = p | "ListImages" >> ListImages([str(folder)])
+        refs, fingerprint, count = p | "ListImages" >> ListImages([str(folder)], spread)
         keyed = refs | beam.Map(lambda r: (r.key, r.label, r.split, r.size > 0))
         assert_that(
             keyed,
             equal_to([("cat/1.jpg", "cat", "", True), ("cat/sub/2.png", "cat", "", True), ("dog/3.jpg", "dog", "", True), ("loose.jpg", "", "", True), ("dog/broken.jpg", "dog", "", True)]),
         )
         assert_that(fingerprint | beam.Map(len), equal_to([32]), label="FingerprintIsHex")
+        assert_that(count, equal_to([5]), label="Counted")
 
 
 @pytest.mark.parametrize("processes", [0, 2], ids=["inline", "pool"])
@@ -61,11 +63,12 @@ def test_encode_examples_routes_rejects(folder, processes):
         assert_that(out.facts | beam.Map(lambda f: (f.key, f.label)), equal_to([("cat/1.jpg", 0), ("dog/3.jpg", 1)]), label="Facts")
 
 
-def test_write_shards(tmp_path):
+@pytest.mark.parametrize("processes", [0, 2], ids=["inline", "pool"])
+def test_write_shards(tmp_path, processes):
     examples = [("train", schema.encode_example({**dict.fromkeys(schema.ROLES, ""), "image": b"x" * i, "label": i, "height": 1, "width": 1, "channels": 3})) for i in range(40)]
     examples += [("validation", b"v%d" % i) for i in range(5)]
     with TestPipeline() as p:
-        shards = p | beam.Create(examples) | "WriteShards" >> WriteShards(str(tmp_path / "chunks"), str(tmp_path / "shards"), {"train": 3}, 256, "none")
+        shards = p | beam.Create(examples) | "WriteShards" >> WriteShards(str(tmp_path / "chunks"), str(tmp_path / "shards"), {"train": 3}, 256, "none", processes=processes)
         assert_that(
             shards | beam.Map(lambda s: (s["file"], s["examples"])),
             equal_to([("train-00000-of-00003.tfrecord", 14), ("train-00001-of-00003.tfrecord", 13), ("train-00002-of-00003.tfrecord", 13), ("validation-00000-of-00001.tfrecord", 5)]),

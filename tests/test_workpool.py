@@ -2,10 +2,15 @@
 
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from beam_etl import workpool
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _square_with_pid(x):
@@ -61,3 +66,33 @@ def test_encode_processes_auto_is_every_core_only_on_the_in_memory_direct_runner
     for bad in ("many", "-1"):
         with pytest.raises(ValueError, match="--encode_processes"):
             cli._encode_processes(bad, cli._pipeline_options([]))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
+def test_workers_leave_when_the_launcher_is_killed(tmp_path):
+    # A real launcher process: it starts a pool, reports the pids, then SIGKILLs itself.
+    script = (
+        "import os, signal, sys\n"
+        "from beam_etl import workpool\n"
+        "pool = workpool.executor(2)\n"
+        "pids = {pool.submit(workpool._noop).result() for _ in range(20)}\n"
+        "print(' '.join(map(str, sorted(pids | set(p.pid for p in pool._processes.values())))), flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = tmp_path / "pids"
+    with open(out, "w") as f:  # a file, not a pipe: the workers inherit it, and a pipe would stay open
+        launcher = subprocess.Popen([sys.executable, "-c", script], stdout=f, stderr=subprocess.DEVNULL, cwd=ROOT)
+        deadline = time.time() + 120
+        while time.time() < deadline and not out.read_text().strip():
+            time.sleep(0.1)
+        # Not reaped yet: a zombie launcher, as under a parent that does not wait, must count as gone.
+        while time.time() < deadline and workpool._running(launcher.pid):
+            time.sleep(0.1)
+        pids = [int(p) for p in out.read_text().split()]
+        assert pids, "the launcher printed no worker pids"
+        while time.time() < deadline and any(workpool._running(p) for p in pids):
+            time.sleep(0.2)
+        alive = [p for p in pids if workpool._running(p)]
+        launcher.wait(timeout=10)
+    assert launcher.returncode == -signal.SIGKILL
+    assert not alive, "pool workers outlived their killed launcher"
