@@ -76,13 +76,21 @@ class _PublishFn(beam.DoFn):
         yield document
 
 
+def _pool_does_the_spreading(p: beam.Pipeline, config: ConvertConfig) -> bool:
+    """One in_memory DirectRunner worker with an encode pool: a shuffle before it only delays the first image."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    mode = p.options.view_as(DirectOptions).direct_running_mode or "in_memory"
+    return config.encode_processes > 1 and progress.is_direct(p.options) and mode == "in_memory"
+
+
 def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
     """Wire the convert pipeline into `p`; returns the staging folder it uses.
 
     live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
     """
     staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
-    refs, fingerprint, inputs = p | "ListImages" >> ListImages(config.inputs, spread=config.encode_processes <= 1)
+    refs, fingerprint, inputs = p | "ListImages" >> ListImages(config.inputs, spread=not _pool_does_the_spreading(p, config))
 
     settings = records.Settings(
         config.policy,

@@ -4,7 +4,7 @@
 
 Creates N numbered elements of SIZE bytes each after a Reshuffle, groups them by key and counts
 the distinct numbers that come out, per run. No beam_etl code is involved. With Beam 2.77 on
-2 cores, multi_threading (2 workers) lost 1 to 9 of 5,000 80 KB elements in 3 of 7 runs; 1 KB
+2 cores, multi_threading (2 workers) lost 4 to 20 of 5,000 80 KB elements in 3 of 7 runs; 1 KB
 elements, in_memory and multi_processing lost none. That is why `beam-etl convert` refuses
 `--writer tfrecordio` (whose WriteToTFRecord groups the payloads) in multi_threading mode.
 """

@@ -8,6 +8,7 @@ All YAML: yamllint --strict. Each validator also gets one bad file, to show it i
 """
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -253,7 +254,7 @@ def test_dataflow_job_is_built_without_credentials(tmp_path):
     parser = argparse.ArgumentParser()
     cli._convert_parser(parser.add_subparsers(dest="command"))
     args, beam_args = parser.parse_known_args(argv)
-    config = cli._config(args, beam_args)
+    config = dataclasses.replace(cli._config(args, beam_args), encode_processes=4)  # asked for: still no pool-style fusion on Dataflow
     options = cli._pipeline_options(beam_args)
     gcp = options.view_as(GoogleCloudOptions)
     assert (gcp.project, gcp.region, gcp.temp_location) == ("beam-etl-test", "us-central1", "gs://beam-etl-test/tmp")
@@ -266,6 +267,7 @@ def test_dataflow_job_is_built_without_credentials(tmp_path):
     assert environments and all(b"REGISTRY/beam-image-etl-etl:0.1.0" in e.payload for e in environments)
     names = [t.unique_name for t in job.proto_pipeline.components.transforms.values()]
     assert any(n.startswith("Publish") for n in names) and any(n.startswith("WriteShards/Write_train") for n in names)
+    assert any(n.startswith("ListImages/BreakFusion") for n in names)  # reading spreads over Dataflow's workers
 
 
 # ---- Kubernetes

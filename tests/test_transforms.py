@@ -87,3 +87,16 @@ def test_write_shards_by_size(tmp_path):
         shards = p | beam.Create(examples) | WriteShards(str(tmp_path / "c"), str(tmp_path / "s"), None, 1.0, "none")
         assert_that(shards | beam.Map(lambda s: s["count"]), equal_to([4] * 4))
         assert_that(shards, is_not_empty(), label="NotEmpty")
+
+
+@pytest.mark.parametrize("processes,mode,shuffled", [(2, "in_memory", False), (0, "in_memory", True), (2, "multi_threading", True)])
+def test_the_listing_is_shuffled_unless_the_pool_spreads_the_work(tmp_path, processes, mode, shuffled):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_etl import pipeline
+
+    config = pipeline.ConvertConfig(inputs=(str(tmp_path),), output=str(tmp_path / "out"), label_names=("cat",), policy=Policy(), encode_processes=processes)
+    p = beam.Pipeline(options=PipelineOptions(["--direct_running_mode", mode]))
+    pipeline.build(p, config)
+    names = [t.unique_name for t in p.to_runner_api().components.transforms.values()]
+    assert any(n.startswith("ListImages/BreakFusion") for n in names) == shuffled
