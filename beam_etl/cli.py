@@ -107,9 +107,8 @@ def _pipeline_options(beam_args):
     from beam_etl import progress, workpool
 
     options = PipelineOptions(beam_args)
-    direct = options.view_as(DirectOptions)
-    if progress.is_direct(options) and direct.direct_running_mode != "in_memory" and "--direct_num_workers" not in " ".join(beam_args):
-        direct.direct_num_workers = workpool.cores()  # Beam's default of one worker makes these modes pointless
+    if progress.direct_mode(options) not in (None, "in_memory") and "--direct_num_workers" not in " ".join(beam_args):
+        options.view_as(DirectOptions).direct_num_workers = workpool.cores()  # Beam's default of one worker makes these modes pointless
     return options
 
 
@@ -120,8 +119,6 @@ def _encode_processes(value: str, options) -> int:
     gRPC hop per image; multi_threading is bound by the GIL and multi_processing copies the
     job into every worker (docs/BENCHMARKS.md).
     """
-    from apache_beam.options.pipeline_options import DirectOptions
-
     from beam_etl import progress, workpool
 
     if value != "auto":
@@ -132,8 +129,7 @@ def _encode_processes(value: str, options) -> int:
         if processes < 0:
             raise ValueError(f"--encode_processes must be 0 or more, got {processes}")
         return processes
-    mode = options.view_as(DirectOptions).direct_running_mode or "in_memory"
-    return workpool.cores() if progress.is_direct(options) and mode == "in_memory" and workpool.cores() > 1 else 0
+    return workpool.cores() if progress.direct_mode(options) == "in_memory" and workpool.cores() > 1 else 0
 
 
 def _runner(options):
@@ -153,17 +149,15 @@ def _runner(options):
 
 def _writer(args, beam_args) -> str:
     """Which shard writer: see README 'Writing shards'."""
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from apache_beam.options.pipeline_options import DirectOptions
+    from beam_etl import progress
 
     writer = args.writer
-    options = PipelineOptions(beam_args)
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    direct = runner.split(".")[-1] in ("DirectRunner", "direct", "SwitchingDirectRunner")
+    mode = progress.direct_mode(PipelineOptions(beam_args))  # None off the DirectRunner
     if writer == "auto":
-        writer = "staged" if direct else "tfrecordio"
-    if writer == "tfrecordio" and direct and options.view_as(DirectOptions).direct_running_mode == "multi_threading":
+        writer = "staged" if mode else "tfrecordio"
+    if writer == "tfrecordio" and mode == "multi_threading":
         # Beam 2.77's multi_threading mode drops a few large elements on their way into a
         # GroupByKey (reproduced with Beam alone: docs/BENCHMARKS.md, "Records lost").
         raise ValueError(

@@ -78,10 +78,7 @@ class _PublishFn(beam.DoFn):
 
 def _pool_does_the_spreading(p: beam.Pipeline, config: ConvertConfig) -> bool:
     """One in_memory DirectRunner worker with an encode pool: a shuffle before it only delays the first image."""
-    from apache_beam.options.pipeline_options import DirectOptions
-
-    mode = p.options.view_as(DirectOptions).direct_running_mode or "in_memory"
-    return config.encode_processes > 1 and progress.is_direct(p.options) and mode == "in_memory"
+    return config.encode_processes > 1 and progress.direct_mode(p.options) == "in_memory"
 
 
 def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:

@@ -263,6 +263,15 @@ def watch_lines(result, options) -> list:
     return lines
 
 
+def direct_mode(options):
+    """The DirectRunner's running mode (in_memory unless set), or None when another runner runs the job."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if not is_direct(options):
+        return None
+    return options.view_as(DirectOptions).direct_running_mode or "in_memory"
+
+
 def is_direct(options) -> bool:
     from apache_beam.options.pipeline_options import StandardOptions
 
