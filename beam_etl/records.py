@@ -1,9 +1,10 @@
 """One reference and its bytes in, one serialised Example and its facts out, or a reject. No Beam."""
 
 import dataclasses
+import functools
 import typing
 
-from beam_etl import images, schema, sources
+from beam_etl import images, objstore, readahead, schema, sources
 from beam_etl.images import Rejected
 from beam_etl.sources import ImageRef, assign_split
 
@@ -69,21 +70,39 @@ class Settings:
     validation_fraction: float = 0.0
     test_fraction: float = 0.0
     max_file_bytes: int = 64_000_000
+    filesystem_flags: tuple = ()  # Beam flags for FileSystems in worker processes: S3 endpoint, keys
+    reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
 
 
-def convert(ref: ImageRef, settings: Settings):
-    """Read one input and make its record: (split, Example bytes, Facts); raises Rejected."""
-    check_label(ref, settings.label_ids)  # before reading: a bad label costs no I/O
-    data = sources.read_bytes(ref, settings.max_file_bytes)
+def fetch(ref: ImageRef, settings: Settings) -> bytes:
+    """The input's bytes, checked first for its label (a bad label costs no I/O); raises Rejected."""
+    check_label(ref, settings.label_ids)
+    objstore.configure_for(ref.uri, settings.filesystem_flags)  # once per process
+    return sources.read_bytes(ref, settings.max_file_bytes)
+
+
+def convert(ref: ImageRef, settings: Settings, data: typing.Optional[bytes] = None):
+    """Make the record of one input, read here unless `data` is given: (split, Example bytes, Facts); raises Rejected."""
+    if data is None:
+        data = fetch(ref, settings)
     return make_record(ref, data, settings.policy, settings.label_ids, settings.schema_name, settings.validation_fraction, settings.test_fraction)
 
 
-def convert_or_reject(ref: ImageRef, settings: Settings):
-    """convert() with the reject as a value, for a process pool: (record, None) or (None, (reason, message))."""
+def convert_or_reject(ref: ImageRef, settings: Settings, fetched=None):
+    """convert() with the reject as a value: (record, None) or (None, (reason, message)).
+
+    fetched: a Future of fetch(ref, settings), read ahead on another thread (readahead.py).
+    """
     try:
-        return convert(ref, settings), None
+        return convert(ref, settings, None if fetched is None else fetched.result()), None
     except Rejected as r:
         return None, (r.reason, r.message)
+
+
+def convert_chunk(refs, settings: Settings) -> list:
+    """convert_or_reject() of each ref in order, with settings.reads_in_flight reads ahead of the decode."""
+    read = functools.partial(fetch, settings=settings)
+    return [convert_or_reject(ref, settings, fetched) for ref, fetched in readahead.each(read, refs, settings.reads_in_flight)]
 
 
 def duplicates_to_drop(pixel_sha256: str, members):

@@ -10,8 +10,10 @@ import posixpath
 import re
 import typing
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+
+from beam_etl import objstore
 
 SPLITS = ("train", "validation", "test")
 _SPLIT_ALIASES = {"train": "train", "training": "train", "validation": "validation", "val": "validation", "valid": "validation", "test": "test"}
@@ -93,6 +95,8 @@ def list_source(source: Source):
     """Yield an ImageRef for each file of a folder or glob source."""
     for result in FileSystems.match([source.pattern]):
         for meta in result.metadata_list:
+            if is_folder_marker(meta.path):
+                continue
             ref = ref_from_path(source, meta.path, meta.size_in_bytes)
             if not is_hidden(ref.key):
                 yield ref, meta.last_updated_in_seconds
@@ -157,22 +161,62 @@ def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequ
         raise InputError("no --input given; pass a folder, a glob or a .csv/.jsonl manifest")
     for uri in uris:
         source = classify(uri)
-        if source.kind == "manifest":
-            if not FileSystems.exists(uri):
-                raise InputError(f"--input {uri}: manifest not found")
-            count = 0
-            for ref in read_manifest(uri):
-                count += 1
-                if labels is not None and ref.label not in labels:
-                    raise InputError(f"--input {uri}: row {ref.key!r} has label {ref.label!r}, which is not in --labels")
-            if not count:
-                raise InputError(f"--input {uri}: the manifest has no rows")
-            continue
-        if source.kind == "folder" and not FileSystems.exists(uri):
-            raise InputError(f"--input {uri}: no such folder")
-        first = FileSystems.match([source.pattern], limits=[1])[0].metadata_list
-        if not first:
-            raise InputError(f"--input {uri}: no files found under it")
+        try:
+            objstore.check_bucket(uri)  # a missing bucket or no access, said as such
+            with objstore.explained(uri):
+                if source.kind == "manifest":
+                    _check_manifest(uri, labels)
+                else:
+                    _check_has_images(source)
+        except objstore.StorageError as e:
+            raise InputError(str(e)) from None
+
+
+def _check_manifest(uri: str, labels) -> None:
+    if not FileSystems.exists(uri):
+        raise InputError(f"--input {uri}: manifest not found")
+    count = 0
+    for ref in read_manifest(uri):
+        count += 1
+        if labels is not None and ref.label not in labels:
+            raise InputError(f"--input {uri}: row {ref.key!r} has label {ref.label!r}, which is not in --labels")
+    if not count:
+        raise InputError(f"--input {uri}: the manifest has no rows")
+
+
+# The early check lists at most this many files looking for one that may be an image. Past it
+# the run goes ahead: whatever is not an image becomes a reject with its reason.
+_CHECK_LIMIT = 10_000
+
+
+def _check_has_images(source: Source) -> None:
+    """A folder, prefix or glob that holds at least one file that may be an image."""
+    from beam_etl.images import may_be_image_name  # images is Pillow-only; no cycle
+
+    uri = source.uri
+    if source.kind == "folder" and not objstore.scheme(uri) and not FileSystems.exists(uri):
+        raise InputError(f"--input {uri}: no such folder")
+    listed = FileSystems.match([source.pattern], limits=[_CHECK_LIMIT])[0].metadata_list
+    files = [m.path for m in listed if not is_folder_marker(m.path) and not is_hidden(ref_from_path(source, m.path, 0).key)]
+    if any(may_be_image_name(path) for path in files):
+        return
+    where = "no files match it" if source.kind == "glob" else "no files found under it"
+    if objstore.scheme(uri) and source.kind == "folder":
+        where = "nothing under this prefix (object stores have no folders: a prefix exists only while it holds objects)"
+    if listed and not files:
+        raise InputError(f"--input {uri}: only hidden files or folder markers under it ({len(listed)}); check the path")
+    if not files:
+        raise InputError(f"--input {uri}: {where}; check the path")
+    if len(listed) < _CHECK_LIMIT:
+        raise InputError(
+            f"--input {uri}: no images under it: {len(files)} files, none named as an image (first: {files[0]}); "
+            "point --input at the images, or list them in a .csv/.jsonl manifest"
+        )
+
+
+def is_folder_marker(path: str) -> bool:
+    """A zero-byte "folder/" object that consoles and tools create in buckets: no input."""
+    return path.endswith("/")
 
 
 def assign_split(key: str, validation_fraction: float, test_fraction: float) -> str:
@@ -218,11 +262,19 @@ def read_bytes(ref: ImageRef, max_bytes: int) -> bytes:
     try:
         with FileSystems.open(ref.uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             data = f.read(max_bytes + 1)
-    except (OSError, BeamIOError) as e:
-        raise Rejected(UNREADABLE, f"cannot read: {e}") from None
+    except Exception as e:  # noqa: BLE001 - the boundary of a store's client, after its own retries
+        # Each store's client raises its own types (google.api_core's NotFound and Forbidden,
+        # botocore's ClientError, OSError): whatever stops this one read makes this input a
+        # reject, never a failed job. Only FileSystems is inside this try.
+        raise Rejected(UNREADABLE, f"cannot read: {type(e).__name__}: {_first_line(e)}") from None
     if len(data) > max_bytes:
         raise Rejected(TOO_LARGE, f"over --max_file_mb ({max_bytes} bytes)")
     return data
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else ""
 
 
 def label_names(uris) -> list:

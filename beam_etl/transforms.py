@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import progress, records, sharding, sources, tfrecord, workpool
+from beam_etl import progress, readahead, records, sharding, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = "beam_etl"
@@ -76,24 +76,29 @@ class _EncodeFn(beam.DoFn):
 
     def start_bundle(self):
         if self.processes > 1:
-            convert = functools.partial(records.convert_or_reject, settings=self.settings)
-            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri)
+            convert = functools.partial(records.convert_chunk, settings=self.settings)
+            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
+        else:  # in this worker: reads ahead on threads, so a slow store's latency overlaps the decode
+            self.reads = readahead.ReadAhead(functools.partial(records.fetch, settings=self.settings), self.settings.reads_in_flight)
 
     def finish_bundle(self):
-        if self.processes > 1:  # what is still in the pool belongs to this bundle: emit it before it ends
-            for ref, outcome in self.pool.drain():
-                for out in self._outputs(ref, *outcome):
-                    tag, value = (out.tag, out.value) if isinstance(out, beam.pvalue.TaggedOutput) else (None, out)
-                    windowed = WindowedValue(value, 0, [GlobalWindow()])
-                    yield windowed if tag is None else beam.pvalue.TaggedOutput(tag, windowed)
+        # What is still in the pool or being read belongs to this bundle: emit it before it ends.
+        done = self.pool.drain() if self.processes > 1 else self._converted(self.reads.drain())
+        for ref, outcome in done:
+            for out in self._outputs(ref, *outcome):
+                tag, value = (out.tag, out.value) if isinstance(out, beam.pvalue.TaggedOutput) else (None, out)
+                windowed = WindowedValue(value, 0, [GlobalWindow()])
+                yield windowed if tag is None else beam.pvalue.TaggedOutput(tag, windowed)
         self.progress.flush()
 
     def process(self, ref):
-        if self.processes > 1:
-            for done, outcome in self.pool.put(ref):
-                yield from self._outputs(done, *outcome)
-        else:
-            yield from self._outputs(ref, *records.convert_or_reject(ref, self.settings))
+        done = self.pool.put(ref) if self.processes > 1 else self._converted(self.reads.put(ref))
+        for ref_done, outcome in done:
+            yield from self._outputs(ref_done, *outcome)
+
+    def _converted(self, reads):
+        for ref, fetched in reads:
+            yield ref, records.convert_or_reject(ref, self.settings, fetched)
 
     def _outputs(self, ref, record, reject):
         if reject is not None:

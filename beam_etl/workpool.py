@@ -112,15 +112,24 @@ def _run_chunk(fn, items):
     return [fn(item) for item in items]
 
 
+def _run_whole_chunk(fn, items):
+    results = fn(items)
+    if len(results) != len(items):
+        raise RuntimeError(f"{fn!r} gave {len(results)} results for {len(items)} items")
+    return results
+
+
 class OrderedMap:
     """fn over items in a process pool, in chunks; yields (item, fn(item)) in input order.
 
     At most `max_chunks` chunks are in flight, so memory is bounded by
-    chunk_size * max_chunks results whatever the input size.
+    chunk_size * max_chunks results whatever the input size. per_chunk: fn takes a whole
+    chunk and returns its results in order (to overlap work inside a chunk).
     """
 
-    def __init__(self, processes: int, fn, chunk_size: int = 64, max_chunks: int = 0, describe=repr):
+    def __init__(self, processes: int, fn, chunk_size: int = 64, max_chunks: int = 0, describe=repr, per_chunk: bool = False):
         self.processes, self.fn, self.chunk_size = processes, fn, chunk_size
+        self.run = _run_whole_chunk if per_chunk else _run_chunk
         self.max_chunks = max_chunks or 3 * processes  # enough to keep every worker busy while the caller works
         self.describe = describe
         self.pool = executor(processes)
@@ -144,7 +153,7 @@ class OrderedMap:
     def _submit(self):
         items, self.chunk = self.chunk, []
         try:
-            future = self.pool.submit(_run_chunk, self.fn, items)
+            future = self.pool.submit(self.run, self.fn, items)
         except concurrent.futures.process.BrokenProcessPool:
             self._broken(items)
         self.pending.append((items, future))

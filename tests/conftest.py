@@ -46,3 +46,35 @@ def small_dataset(tmp_path_factory):
     out = tmp_path_factory.mktemp("small_dataset") / "ds"
     run_convert("--input", root, "--output", out, "--validation_fraction", "0.25", "--num_shards", "train=2,validation=1")
     return out
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """A real GCS API server on 127.0.0.1, reachable by Beam and by TensorFlow's own client."""
+    from tests.objstore_servers import GcsServer
+
+    server = GcsServer(str(tmp_path_factory.mktemp("gcs")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's S3 server on 127.0.0.1 with bucket s3://bkt."""
+    from tests.objstore_servers import S3Server
+
+    server = S3Server(str(tmp_path_factory.mktemp("s3")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def objstore_photos(tmp_path_factory):
+    """The object-storage tests' photo tree (tests/objstore_cases.py) and its local conversion."""
+    from tests.objstore_cases import FLAGS, make_photos
+
+    root = tmp_path_factory.mktemp("objstore_src") / "photos"
+    make_photos(root)
+    local = tmp_path_factory.mktemp("objstore_local") / "ds"
+    run_convert("--input", root, "--output", local, *FLAGS)
+    return root, local

@@ -1,0 +1,196 @@
+"""Object storage (gs://, s3://): filesystem options, credentials, and the checks a prefix needs.
+
+Object stores have no folders: a "folder" input is a prefix, which exists when something is
+under it. Every process that touches a bucket (the launcher, each encode process, each Beam
+worker) calls `configure` once with the same Beam flags, so S3's endpoint and keys and the
+credential decision travel with the work rather than with a process.
+"""
+
+import contextlib
+import logging
+import os
+import threading
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+
+_LOG = logging.getLogger(__name__)
+_LOCK = threading.Lock()
+_CONFIGURED = {}  # flags -> True, for this process
+
+
+class StorageError(ValueError):
+    """A bucket or prefix that can't be used; the message names it and the next step."""
+
+
+def scheme(uri: str) -> str:
+    """'gs', 's3', ... or '' for a local path."""
+    found = FileSystems.get_scheme(uri)
+    return "" if found in (None, "file") else found
+
+
+def bucket_of(uri: str) -> str:
+    return uri.split("://", 1)[1].split("/", 1)[0]
+
+
+def configure(flags=(), uris=()) -> None:
+    """Give Beam's FileSystems these flags in this process; decide GCS credentials once, fast."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    key = tuple(flags)
+    with _LOCK:
+        if key in _CONFIGURED:
+            return
+        options = PipelineOptions(list(flags))
+        FileSystems.set_options(options)  # the S3 filesystem reads its endpoint and keys here
+        if any(scheme(u) == "gs" for u in uris):
+            _gcs_credentials(options)
+        _CONFIGURED[key] = True
+
+
+def configure_for(uri: str, flags=()) -> None:
+    """configure() for a worker about to read `uri`; free after the first call."""
+    if tuple(flags) not in _CONFIGURED and scheme(uri):
+        configure(flags, [uri])
+
+
+def _gcs_credentials(options) -> None:
+    """Anonymous access where there are no credentials, without Beam's ~25 s of retries.
+
+    Beam 2.77 retries google.auth.default() with backoff (2+4+8+16 s) before it connects
+    anonymously; it has no public switch for this. One probe here takes 0.3 s. With no
+    credentials (or an emulator, which takes none) the cache Beam itself fills is set to the
+    value Beam would reach after its retries: anonymous.
+    """
+    try:
+        from apache_beam.internal.gcp import auth
+    except ImportError:  # Beam without [gcp]: gs:// fails later with Beam's own message
+        return
+    anonymous = bool(os.environ.get("STORAGE_EMULATOR_HOST"))
+    if not anonymous:
+        try:
+            import google.auth
+            from google.auth.exceptions import DefaultCredentialsError
+        except ImportError:
+            return
+        try:
+            google.auth.default()
+        except DefaultCredentialsError:
+            anonymous = True
+            _LOG.warning("no Google credentials found: reading gs:// anonymously (public buckets "
+                         "only); run `gcloud auth application-default login` for private ones")
+    credentials = getattr(auth, "_Credentials", None)
+    if anonymous and credentials is not None and hasattr(credentials, "_credentials_init"):
+        with credentials._credentials_lock:
+            credentials._credentials, credentials._credentials_init = None, True
+
+
+def _explain(uri: str, error: Exception) -> str:
+    """One line for a failed bucket call: missing bucket, no access, or the error itself."""
+    text = str(error)
+    for cause in getattr(error, "exception_details", {}).values():
+        text += f" {type(cause).__name__}: {cause}"
+    lower = text.lower()
+    bucket = f"{scheme(uri)}://{bucket_of(uri)}"
+    if "nosuchbucket" in lower or "404" in lower or "not found" in lower:
+        return f"bucket {bucket} does not exist; check the name"
+    if any(s in lower for s in ("401", "403", "accessdenied", "forbidden", "credential", "anonymous")):
+        return (f"no access to {bucket} ({text.strip()[:160]}); check your credentials: "
+                "GOOGLE_APPLICATION_CREDENTIALS or `gcloud auth application-default login` for gs://, "
+                "--s3_access_key_id/--s3_secret_access_key or AWS_* variables for s3://")
+    return f"cannot list {uri}: {text.strip()[:200]}"
+
+
+def bucket_exists(uri: str) -> bool:
+    """Whether the bucket of `uri` exists; StorageError when it can't be asked."""
+    kind, bucket = scheme(uri), bucket_of(uri)
+    try:
+        if kind == "gs":
+            from apache_beam.io.gcp import gcsio
+
+            return gcsio.GcsIO(pipeline_options=FileSystems._pipeline_options).get_bucket(bucket) is not None
+        if kind == "s3":
+            return _s3_bucket_exists(bucket)
+    except StorageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - each client raises its own types; say it in one line
+        raise StorageError(f"{uri}: {_explain(uri, e)}") from None
+    return True  # other schemes: the listing will tell
+
+
+def _s3_bucket_exists(bucket: str) -> bool:
+    import boto3
+    import botocore.exceptions
+    from apache_beam.options.pipeline_options import PipelineOptions, S3Options
+
+    opts = (FileSystems._pipeline_options or PipelineOptions()).view_as(S3Options)
+    client = boto3.client(
+        "s3",
+        endpoint_url=opts.s3_endpoint_url,
+        aws_access_key_id=opts.s3_access_key_id,
+        aws_secret_access_key=opts.s3_secret_access_key,
+        aws_session_token=opts.s3_session_token,
+        region_name=opts.s3_region_name,
+        verify=opts.s3_verify,
+        use_ssl=not opts.s3_disable_ssl,
+    )
+    try:
+        client.head_bucket(Bucket=bucket)
+        return True
+    except botocore.exceptions.ClientError as e:
+        if e.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket", "NotFound"):
+            return False
+        raise
+
+
+@contextlib.contextmanager
+def explained(uri: str, flag: str = "--input"):
+    """Turn a failed bucket call under this block into one StorageError line naming `uri`."""
+    try:
+        yield
+    except StorageError as e:
+        message = str(e)
+        raise StorageError(message if message.startswith("--") else f"{flag} {message}") from None
+    except (BeamIOError, OSError, ValueError) as e:
+        if not scheme(uri) or (isinstance(e, ValueError) and type(e) is not ValueError):
+            raise  # a local path's error says it already; a ValueError subclass is ours (InputError)
+        raise StorageError(f"{flag} {uri}: {_explain(uri, e)}") from None
+
+
+def check_bucket(uri: str, flag: str = "--input") -> None:
+    """StorageError unless the bucket of `uri` exists and can be read (no-op for local paths)."""
+    with explained(uri, flag):
+        if scheme(uri) and not bucket_exists(uri):
+            raise StorageError(f"{flag} {uri}: bucket {scheme(uri)}://{bucket_of(uri)} does not exist; "
+                               "check the name")
+
+
+# TensorFlow 2.21 has no s3:// filesystem: tf.Transform could not write the transform graph
+# there and the trainer could not read shards from it. Refused before any work starts.
+TF_UNREACHABLE = ("s3",)
+
+
+def check_output(output: str) -> None:
+    """Refuse an output the dataset can't live in, before any work; check the bucket exists."""
+    kind = scheme(output)
+    if not kind:
+        return
+    if kind in TF_UNREACHABLE:
+        raise StorageError(
+            f"--output {output}: TensorFlow 2.21 has no {kind}:// filesystem, so neither tf.Transform nor "
+            f"the trainer can use a dataset there; write to a local folder or gs:// and copy it (for "
+            f"example `aws s3 sync DIR {output}`); {kind}:// works as --input"
+        )
+    with explained(output, "--output"):
+        if not bucket_exists(output):
+            raise StorageError(f"--output {output}: bucket {kind}://{bucket_of(output)} does not exist; "
+                               "create it first")
+
+
+def delete_tree(folder: str) -> None:
+    """Delete a folder and everything under it; on an object store, every object under the prefix.
+
+    Beam's GCS and S3 filesystems delete recursively only for a path that ends in "/"; without
+    it they delete the one object of that name, which a "folder" never is.
+    """
+    FileSystems.delete([folder.rstrip("/") + "/" if scheme(folder) else folder])

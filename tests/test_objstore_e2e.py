@@ -1,0 +1,99 @@
+"""Datasets written to gs:// and read from there, against real API servers on 127.0.0.1.
+
+Every command runs as a user runs it, in its own process, with the servers' environment:
+convert a prefix into a bucket, then verify, inspect, index, train and bench from it, and
+compare the records with a local run over the same files.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests import objstore_cases as cases
+from tests.conftest import ROOT
+from tests.objstore_cases import FLAGS, INPUTS, last_line, local_summary, records, run
+
+
+@pytest.fixture(scope="module")
+def gs_dataset(gcs_server, objstore_photos):
+    root, local = objstore_photos
+    cases.upload_photos(gcs_server, root, "gs://bkt/src/photos")
+    out = "gs://bkt/datasets/v1"
+    run(gcs_server, "beam_etl", "convert", "--input", "gs://bkt/src/photos/", "--output", out, *FLAGS)
+    return out, local
+
+
+def test_gs_prefix_to_gs_output_equals_local(gcs_server, gs_dataset):
+    out, local = gs_dataset
+    names = {uri.rsplit("/", 1)[-1] for uri in gcs_server.list(out + "/")}
+    assert {"dataset.json", "rejected.jsonl"} <= names
+    assert any(n.startswith("train-") for n in names) and any(n.startswith("validation-") for n in names)
+    assert not [u for u in gcs_server.list(out + "/") if "/.staging-" in u]
+    document = json.loads(gcs_server.read(out + "/dataset.json"))
+    expected = local_summary(local)
+    assert document["label_names"] == expected["label_names"] == ["ant", "bee", "cow"]
+    assert document["inputs"] == INPUTS and document["rejected"] == expected["rejected"]
+    assert any(u.startswith(out + "/transform_fn/") for u in gcs_server.list(out + "/"))
+    assert records(gcs_server, out) == expected["records"]
+
+
+def test_verify_inspect_index_on_gs(gcs_server, gs_dataset):
+    out, _ = gs_dataset
+    assert "OK" in run(gcs_server, "beam_etl", "verify", out).stdout
+    report = json.loads(run(gcs_server, "beam_etl", "inspect", out, "--json").stdout)
+    assert json.dumps(report).count("train") > 0
+    run(gcs_server, "beam_etl", "index", out)
+    assert any(u.endswith(".tfrecord.idx") for u in gcs_server.list(out + "/"))
+    assert "OK" in run(gcs_server, "beam_etl", "verify", out, "--no_decode").stdout
+
+
+def test_trainer_trains_and_benches_from_gs(gcs_server, gs_dataset, tmp_path):
+    out, _ = gs_dataset
+    job = tmp_path / "job"
+    run(gcs_server, "trainer", "train", "--data_dir", out, "--job_dir", job, "--epochs", "1", "--steps_per_epoch", "2",
+        "--batch_size", "4", "--image_size", "32")
+    assert (job / "metrics.json").exists()
+    proc = run(gcs_server, "trainer", "bench", "--data_dir", out, "--batch_size", "4", "--image_size", "32",
+               "--warmup_batches", "1", "--batches", "2")
+    assert "img/s" in proc.stdout + proc.stderr or "images/s" in proc.stdout + proc.stderr
+
+
+def test_killed_publish_to_gs_leaves_no_dataset_json(gcs_server, gs_dataset):
+    out = "gs://bkt/datasets/killed"
+    cmd = [sys.executable, "-m", "beam_etl", "convert", "--input", "gs://bkt/src/photos/", "--output", out, *FLAGS]
+    proc = subprocess.Popen(cmd, env=cases.env(gcs_server), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    killed, deadline = False, time.time() + 600
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            published = [u for u in gcs_server.list(out + "/") if "/.staging-" not in u]
+            if any(u.endswith(".tfrecord") for u in published):  # the publish has begun
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                break
+            time.sleep(0.01)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert killed, "the publish was never seen: the run finished or hung before it"
+    assert not [u for u in gcs_server.list(out + "/") if u.endswith("/dataset.json")]
+    run(gcs_server, "beam_etl", "convert", "--input", "gs://bkt/src/photos/", "--output", out, *FLAGS)
+    assert not [u for u in gcs_server.list(out + "/") if "/.staging-" in u]
+    assert "OK" in run(gcs_server, "beam_etl", "verify", out, "--no_decode").stdout
+    assert records(gcs_server, out) == records(gcs_server, gs_dataset[0])
+
+
+def test_s3_output_is_refused_before_any_work(s3_server, objstore_photos):
+    root, _ = objstore_photos
+    proc = run(s3_server, "beam_etl", "convert", "--input", root, "--output", "s3://bkt/datasets/v1", *s3_server.beam_flags,
+               check=False)
+    assert proc.returncode == 2
+    line = last_line(proc)
+    assert "no s3:// filesystem" in line and "aws s3 sync" in line
+    assert not s3_server.list("s3://bkt/datasets/")  # refused up front: nothing was written
