@@ -11,7 +11,7 @@ import logging
 import os
 import threading
 
-from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 _LOG = logging.getLogger(__name__)
@@ -163,6 +163,40 @@ def check_bucket(uri: str, flag: str = "--input") -> None:
         if scheme(uri) and not bucket_exists(uri):
             raise StorageError(f"{flag} {uri}: bucket {scheme(uri)}://{bucket_of(uri)} does not exist; "
                                "check the name")
+
+
+_IO = threading.local()  # per thread: (scheme, options id) -> Beam's GcsIO or S3IO
+
+
+def open_read(uri: str):
+    """A readable file for `uri`: on gs:// and s3:// through one Beam client per thread.
+
+    Why: Beam's S3 filesystem builds a new boto3 session and client for every open, about
+    200 ms of CPU against 5 ms per object with a reused client (measured on moto, 50 KB
+    objects); its GCS filesystem a new client too (8 against 3 ms). Per thread because the
+    read-ahead threads share a process and google-cloud-storage's client is not thread-safe.
+    """
+    kind = scheme(uri)
+    if kind not in ("gs", "s3"):
+        return FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED)
+    key = (kind, id(FileSystems._pipeline_options))
+    clients = _IO.__dict__.setdefault("clients", {})
+    if key not in clients:
+        clients[key] = _new_io(kind)
+    return clients[key].open(uri)
+
+
+def _new_io(kind: str):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = FileSystems._pipeline_options or PipelineOptions()
+    if kind == "gs":
+        from apache_beam.io.gcp import gcsio
+
+        return gcsio.GcsIO(pipeline_options=options)
+    from apache_beam.io.aws import s3io
+
+    return s3io.S3IO(options=options)
 
 
 # TensorFlow 2.21 has no s3:// filesystem: tf.Transform could not write the transform graph

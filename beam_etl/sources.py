@@ -10,7 +10,6 @@ import posixpath
 import re
 import typing
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_etl import objstore
@@ -260,12 +259,12 @@ def read_bytes(ref: ImageRef, max_bytes: int) -> bytes:
     if ref.size > max_bytes:
         raise Rejected(TOO_LARGE, f"{ref.size} bytes is over --max_file_mb")
     try:
-        with FileSystems.open(ref.uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with objstore.open_read(ref.uri) as f:
             data = f.read(max_bytes + 1)
     except Exception as e:  # noqa: BLE001 - the boundary of a store's client, after its own retries
         # Each store's client raises its own types (google.api_core's NotFound and Forbidden,
         # botocore's ClientError, OSError): whatever stops this one read makes this input a
-        # reject, never a failed job. Only FileSystems is inside this try.
+        # reject, never a failed job. Only the store's open and read are inside this try.
         raise Rejected(UNREADABLE, f"cannot read: {type(e).__name__}: {_first_line(e)}") from None
     if len(data) > max_bytes:
         raise Rejected(TOO_LARGE, f"over --max_file_mb ({max_bytes} bytes)")
