@@ -1,5 +1,6 @@
 """One image's bytes in, the canonical image and its facts out, or a reject reason. Pillow only."""
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -9,6 +10,8 @@ from struct import error as struct_error  # raised by a few plugins on absurd he
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
+
+from beam_etl import containers
 
 # Pillow's own bomb check is a warning below 2x its limit; ours is an explicit, configurable one.
 Image.MAX_IMAGE_PIXELS = None
@@ -27,7 +30,12 @@ UNREADABLE = "unreadable"
 NO_LABEL = "no_label"
 UNKNOWN_LABEL = "unknown_label"
 DUPLICATE = "duplicate"
-REASONS = (EMPTY, NOT_AN_IMAGE, CORRUPT, TRUNCATED, TOO_MANY_PIXELS, TOO_LARGE, UNREADABLE, NO_LABEL, UNKNOWN_LABEL, DUPLICATE)
+DECODER_ERROR = "decoder_error"  # Pillow or a codec failed in a way none of the above names
+REASONS = (EMPTY, NOT_AN_IMAGE, CORRUPT, TRUNCATED, TOO_MANY_PIXELS, TOO_LARGE, UNREADABLE, NO_LABEL, UNKNOWN_LABEL,
+           DUPLICATE, DECODER_ERROR)
+
+JPEG_MAX_SIDE = 65_500  # libjpeg's JPEG_MAX_DIMENSION: a larger image is stored as PNG
+MAX_FRAMES = 10_000  # frames or pages a container may declare; past it, a reject
 
 
 class Rejected(Exception):
@@ -126,39 +134,89 @@ def may_be_image_name(name: str) -> bool:
     return not ext or ext in Image.registered_extensions() or ext in _OTHER_IMAGE_EXTENSIONS
 
 
-def _open(data: bytes) -> Image.Image:
+@contextlib.contextmanager
+def _pillow(stage: str, source_format: str, max_pixels: int, keep_warnings: bool = False):
+    """The boundary around Pillow's calls: whatever Pillow or a codec raises becomes a Rejected.
+
+    Only Pillow calls (open, seek, load, EXIF, convert, resize, save) run inside it; our own
+    logic runs outside, so a bug of ours still fails the tests. Pillow's own bomb check, which
+    its plugins run on every sub-image (ICO, ICNS, GIF frames, TIFF tiles), is set to our limit.
+    """
+    Image.MAX_IMAGE_PIXELS = max_pixels  # the same value for every call of a run
+    try:
+        with warnings.catch_warnings(record=keep_warnings) as caught:
+            warnings.simplefilter("always" if keep_warnings else "ignore")
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            yield caught
+    except Rejected:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        raise Rejected(TOO_MANY_PIXELS, f"{source_format} {stage}: {e}") from None
+    except UnidentifiedImageError:
+        raise Rejected(NOT_AN_IMAGE, f"{stage}: not an image Pillow can read") from None
+    except OSError as e:
+        text = str(e)
+        reason = TRUNCATED if "truncat" in text or "premature end" in text.lower() else CORRUPT
+        raise Rejected(reason, f"{source_format} {stage} failed: {text}") from None
+    except (ValueError, SyntaxError, IndexError, struct_error, EOFError, ZeroDivisionError) as e:
+        raise Rejected(CORRUPT, f"{source_format} {stage} failed: {type(e).__name__}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - NotImplementedError, MemoryError, ... from any plugin
+        raise Rejected(DECODER_ERROR, f"{source_format} {stage} failed: {type(e).__name__}: {e}") from None
+
+
+# Signatures no text or random file starts with: a file that has one but that no Pillow plugin
+# opens is an image Pillow can't decode (a TIFF layout, a DDS pixel format), not "not an image".
+_SIGNATURES = {b"II*\x00": "tiff", b"MM\x00*": "tiff", b"DDS ": "dds", b"BLP1": "blp", b"BLP2": "blp",
+               b"8BPS": "psd", b"\x89PNG": "png", b"GIF8": "gif", b"\xff\xd8\xff": "jpeg", b"icns": "icns"}
+
+
+def _open(data: bytes, max_pixels: int) -> Image.Image:
     if not data:
         raise Rejected(EMPTY, "the file is empty (0 bytes)")
+    tried = []  # each plugin's failure, as Pillow reports it
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _pillow("open", "input", max_pixels, keep_warnings=True) as tried:
+            Image.WARN_POSSIBLE_FORMATS = True
             return Image.open(io.BytesIO(data))
-    except UnidentifiedImageError:
-        raise Rejected(NOT_AN_IMAGE, f"not an image Pillow can read (starts with {data[:8]!r})") from None
-    except (OSError, ValueError, SyntaxError, struct_error, Image.DecompressionBombError) as e:
-        raise Rejected(CORRUPT, f"unreadable header: {e}") from None
+    except Rejected as r:
+        rejected = r
+    if rejected.reason == NOT_AN_IMAGE:
+        signature = next((name for magic, name in _SIGNATURES.items() if data.startswith(magic)), "")
+        failures = [str(w.message) for w in tried if str(w.message).lower().startswith(f"{signature} opening failed")]
+        if signature and failures:
+            # JPEG, PNG and GIF Pillow reads in every variant: failing, they are damaged. The
+            # others have layouts and codecs Pillow does not implement (TIFF, DDS, BLP, PSD).
+            reason = CORRUPT if signature in ("jpeg", "png", "gif") else DECODER_ERROR
+            raise Rejected(reason, f"a {signature} file Pillow can't open: {'; '.join(failures)[:300]}")
+        raise Rejected(NOT_AN_IMAGE, f"not an image Pillow can read (starts with {data[:8]!r})")
+    if rejected.reason in (CORRUPT, TRUNCATED):
+        raise Rejected(CORRUPT, f"unreadable header: {rejected.message}")
+    raise rejected
+
+
+def _check_pixels(width: int, height: int, policy: Policy, what: str) -> None:
+    if width <= 0 or height <= 0:
+        raise Rejected(CORRUPT, f"bad size {width}x{height}{what}")
+    if width * height > policy.max_pixels:
+        raise Rejected(TOO_MANY_PIXELS, f"{width}x{height}{what} is over --max_pixels {policy.max_pixels}")
 
 
 def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
     """Validate `data` by decoding it completely and return its canonical form; raise Rejected."""
-    im = _open(data)
+    im = _open(data, policy.max_pixels)
     source_format = (im.format or "unknown").lower()
     width, height = im.size
-    if width <= 0 or height <= 0:
-        raise Rejected(CORRUPT, f"bad size {width}x{height}")
-    if width * height > policy.max_pixels:
-        raise Rejected(TOO_MANY_PIXELS, f"{width}x{height} is over --max_pixels {policy.max_pixels}")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            im.load()  # a full decode: truncated and corrupt data fail here
-            orientation = im.getexif().get(0x0112, 1)
-    except OSError as e:
-        text = str(e)
-        reason = TRUNCATED if "truncat" in text or "premature end" in text.lower() else CORRUPT
-        raise Rejected(reason, f"{source_format} decode failed: {text}") from None
-    except (ValueError, SyntaxError, IndexError, TypeError, struct_error, EOFError, ZeroDivisionError, MemoryError) as e:
-        raise Rejected(CORRUPT, f"{source_format} decode failed: {type(e).__name__}: {e}") from None
+    _check_pixels(width, height, policy, "")
+    with _pillow("header", source_format, policy.max_pixels):
+        declared = list(containers.declared_sizes(im, data, MAX_FRAMES + 1))  # headers only, no pixels
+    if len(declared) > MAX_FRAMES:
+        raise Rejected(TOO_MANY_PIXELS, f"{source_format} declares over {MAX_FRAMES} frames or sub-images")
+    for w, h, what in declared:
+        _check_pixels(w, h, policy, f" ({what})")
+    compression = im.info.get("compression")  # TIFF: a codec this build may lack (webp, jpeg2000)
+    with _pillow(f"decode ({compression} compression)" if compression else "decode", source_format, policy.max_pixels):
+        im.load()  # a full decode: truncated and corrupt data fail here
+        orientation = im.getexif().get(0x0112, 1)
 
     target_mode = "RGB" if policy.channels == 3 else "L"
     needs_resize = policy.max_side and max(width, height) > policy.max_side
@@ -168,25 +226,28 @@ def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
         and orientation in (1, None)
         and not needs_resize
     )
-    try:
+    with _pillow("conversion", source_format, policy.max_pixels):
         if orientation not in (1, None):
             im = ImageOps.exif_transpose(im)  # animated inputs keep their first frame
         im = _to_mode(im, policy.channels)
         if needs_resize:
             im.thumbnail((policy.max_side, policy.max_side), Image.LANCZOS)
-    except (OSError, ValueError, TypeError) as e:
-        raise Rejected(CORRUPT, f"{source_format} conversion failed: {e}") from None
 
     if passthrough:
         out, fmt = data, "jpeg"
     else:
+        # JPEG holds at most 65,500 px a side: such an image is stored losslessly as PNG instead.
+        fmt = "png" if policy.image_format == "png" or max(im.size) > JPEG_MAX_SIDE else "jpeg"
         buf = io.BytesIO()
-        if policy.image_format == "jpeg":
-            im.save(buf, "JPEG", quality=policy.jpeg_quality)
-        else:
-            im.save(buf, "PNG")
-        out, fmt = buf.getvalue(), policy.image_format
-    mean, sq_mean = _stats(im)
+        with _pillow("encode", source_format, policy.max_pixels):
+            if fmt == "jpeg":
+                im.save(buf, "JPEG", quality=policy.jpeg_quality)
+            else:
+                im.save(buf, "PNG")
+        out = buf.getvalue()
+    with _pillow("statistics", source_format, policy.max_pixels):
+        mean, sq_mean = _stats(im)
+        pixels = im.tobytes() if policy.pixel_hash else b""
     return Canonical(
         data=out,
         format=fmt,
@@ -198,5 +259,5 @@ def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
         sha256=hashlib.sha256(out).hexdigest(),
         pixel_mean=mean,
         pixel_sq_mean=sq_mean,
-        pixel_sha256=hashlib.sha256(im.tobytes()).hexdigest() if policy.pixel_hash else "",
+        pixel_sha256=hashlib.sha256(pixels).hexdigest() if policy.pixel_hash else "",
     )

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from beam_etl import images
 from beam_etl.images import Policy, Rejected, canonicalise
-from tests import corpus
+from tests import corpus, hostile
 
 SEEDS = [
     corpus.jpeg(40, 30),
@@ -19,6 +19,24 @@ SEEDS = [
     corpus.encode(corpus.photo(20, 20), "TIFF"),
     corpus.png16_gray(16, 8),
     corpus.exif_rotated_jpeg(3, 24, 16),
+    # Every other format Pillow opens here, written by Pillow or (PSD) by hand.
+    corpus.encode(corpus.photo(16, 16), "DDS"),
+    corpus.encode(corpus.photo(32, 32, mode="RGBA"), "ICNS"),
+    corpus.encode(corpus.photo(32, 32, mode="RGBA"), "ICO", sizes=[(16, 16), (32, 32)]),
+    hostile.psd(),
+    corpus.encode(corpus.photo(16, 16), "TIFF", compression="tiff_lzw"),
+    corpus.encode(corpus.photo(16, 16), "TIFF", save_all=True, append_images=[corpus.photo(8, 8)]),
+    corpus.encode(corpus.photo(16, 16).convert("P"), "BLP"),
+    corpus.encode(corpus.photo(16, 16), "TGA"),
+    corpus.encode(corpus.photo(16, 16), "PCX"),
+    corpus.encode(corpus.photo(16, 16), "SGI"),
+    corpus.encode(corpus.photo(16, 16), "WEBP", save_all=True, append_images=[corpus.photo(16, 16, seed=2)]),
+    corpus.encode(corpus.photo(16, 16), "PNG", save_all=True, append_images=[corpus.photo(16, 16, seed=3)]),
+    corpus.encode(corpus.photo(16, 16).convert("P"), "GIF", save_all=True, append_images=[corpus.photo(16, 16, seed=4).convert("P")]),
+    corpus.encode(corpus.photo(16, 16), "MPO", save_all=True, append_images=[corpus.photo(16, 16, seed=5)]),
+    corpus.encode(corpus.photo(16, 16), "JPEG2000"),
+    corpus.encode(corpus.photo(16, 16), "QOI"),
+    corpus.encode(corpus.photo(16, 16), "PPM"),
 ]
 # A hang guard, not a speed claim: one small image must never take this long.
 FUZZ = settings(max_examples=400, deadline=datetime.timedelta(seconds=20), suppress_health_check=[HealthCheck.too_slow], derandomize=True)
