@@ -223,14 +223,14 @@ class Unchanged(Exception):
     """The output already holds this conversion of these inputs: nothing to do."""
 
 
-def _prepare_output(config, overwrite: bool) -> None:
+def _prepare_output(config, overwrite: bool, local_runner: bool = True) -> None:
     """Make sure the output can be written; raise Unchanged when the run would be a no-op."""
     from apache_beam.io.filesystems import FileSystems
 
     from beam_etl import metadata, objstore, sources
 
     output = config.output
-    objstore.check_output(output)
+    objstore.check_output(output, local_runner)
     if metadata.is_complete(output) and not overwrite:
         existing = metadata.read(output)
         same_options = json.loads(json.dumps(config.options_json())) == existing.get("options")
@@ -275,7 +275,7 @@ def convert(args, beam_args) -> int:
             encode_processes=_encode_processes(args.encode_processes, options),
             filesystem_flags=tuple(beam_args),
         )
-        _prepare_output(config, args.overwrite)
+        _prepare_output(config, args.overwrite, progress.is_direct(options))
         if config.encode_processes > 1:
             workpool.warm(config.encode_processes)  # their start-up overlaps ours (TensorFlow's import, mostly)
     except Unchanged as e:
@@ -336,6 +336,19 @@ def index_command(args) -> int:
     return 0
 
 
+def _not_s3_flags(beam_args) -> list:
+    """The arguments that are neither an --s3_* flag nor its value."""
+    unknown, after_flag = [], False
+    for arg in beam_args:
+        if after_flag and not arg.startswith("--"):
+            after_flag = False
+            continue
+        after_flag = arg.startswith("--s3_") and "=" not in arg
+        if not arg.startswith("--s3_"):
+            unknown.append(arg)
+    return unknown
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's start-up chatter is not for users
     parser = argparse.ArgumentParser(prog="beam-etl", description="Convert images to sharded TFRecords with Apache Beam.")
@@ -355,9 +368,11 @@ def main(argv=None) -> int:
     if args.command == "fingerprint":  # its inputs may be on s3://, which needs the --s3_* flags
         objstore.configure(beam_args, args.input)
         return fingerprint(args)
-    if beam_args:
-        return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
-    objstore.configure((), [getattr(args, "data_dir", None) or args.dir])
+    # A dataset on s3:// is read with the same --s3_* flags as convert takes; nothing else is Beam's here.
+    unknown = _not_s3_flags(beam_args)
+    if unknown:
+        return _usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+    objstore.configure(beam_args, [getattr(args, "data_dir", None) or args.dir])
     if args.command == "verify":
         return verify(args)
     if args.command == "fingerprint":

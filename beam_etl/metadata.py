@@ -141,7 +141,7 @@ def _move(src: str, dst: str) -> None:
     FileSystems.rename([src], [dst])
 
 
-def publish(staging: str, output: str, document: dict) -> None:
+def publish(staging: str, output: str, document: dict, analysis: str = "") -> None:
     """Move the staged dataset into `output` and write dataset.json last.
 
     An old dataset in `output` (only with --overwrite) loses its dataset.json first, so at
@@ -160,10 +160,15 @@ def publish(staging: str, output: str, document: dict) -> None:
             _move(FileSystems.join(staging, "shards", shard["file"]), FileSystems.join(output, shard["file"]))
             if shard.get("index"):
                 _move(FileSystems.join(staging, "shards", shard["file"] + ".idx"), FileSystems.join(output, shard["file"] + ".idx"))
+    analysis = analysis or FileSystems.join(staging, "analysis")
     for name in TRANSFORM_DIRS:
-        base = FileSystems.join(staging, "analysis", name)
+        base = FileSystems.join(analysis, name)
         for path in _files_under(base):
-            _move(path, FileSystems.join(output, name, path[len(base) :].lstrip("/")))
+            target = FileSystems.join(output, name, path[len(base) :].lstrip("/"))
+            if objstore.scheme(path) == objstore.scheme(target):
+                _move(path, target)
+            else:  # tf.Transform wrote on local disk (objstore.analysis_folder): copied, by Beam
+                objstore.copy_file(path, target)
     move_rejects(staging, output)
     write_json(FileSystems.join(output, DATASET_JSON), document)
 

@@ -46,8 +46,8 @@ class ConvertConfig:
 class _PublishFn(beam.DoFn):
     """Runs once, after everything else: checks the counts, then publishes atomically."""
 
-    def __init__(self, config: ConvertConfig, staging: str):
-        self.config, self.staging = config, staging
+    def __init__(self, config: ConvertConfig, staging: str, work: str):
+        self.config, self.staging, self.work = config, staging, work  # work: where tf.Transform wrote
 
     def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, analysis_done, rejects_done):
         from beam_etl import analyze
@@ -60,7 +60,8 @@ class _PublishFn(beam.DoFn):
         except metadata.TooManyRejects:
             metadata.move_rejects(self.staging, config.output)  # so the user can see why
             raise
-        statistics = analyze.read_statistics(FileSystems.join(self.staging, "analysis"), config.policy.channels)
+        analysis = FileSystems.join(self.work, "analysis")
+        statistics = analyze.read_statistics(analysis, config.policy.channels)
         document = metadata.build(
             options=config.options_json(),
             label_names=config.label_names,
@@ -73,8 +74,10 @@ class _PublishFn(beam.DoFn):
             leaks=leaks,
             duplicates=duplicates,
         )
-        metadata.publish(self.staging, config.output, document)
+        metadata.publish(self.staging, config.output, document, analysis)
         objstore.delete_tree(self.staging)
+        if self.work != self.staging:
+            objstore.delete_tree(self.work)  # the local tf.Transform folder
         metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document
 
@@ -138,6 +141,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             config.schema,
             dropped_keys,
             config.encode_processes,
+            config.filesystem_flags,
         )
     # shards: one dict per shard written
     label_counts = (
@@ -148,15 +152,17 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     rejects = encoded[REJECTS] if dropped_rows is None else (encoded[REJECTS], dropped_rows) | "AllRejects" >> beam.Flatten()
     reject_counts = rejects | "Reason" >> beam.Map(lambda row: row["reason"]) | "CountReasons" >> beam.combiners.Count.PerElement()
     rejects_written = rejects | "WriteRejects" >> WriteRejects(FileSystems.join(staging, metadata.REJECTED_JSONL))
+    # tf.Transform's folder: beside the shards, or on local disk when they go to a bucket.
+    work = objstore.analysis_folder(config.output, progress.is_direct(p.options)) or staging
     analysis = facts | "AnalyzeStatistics" >> AnalyzeStatistics(
-        config.label_names, config.policy.channels, FileSystems.join(staging, "analysis"), FileSystems.join(staging, "tft_tmp")
+        config.label_names, config.policy.channels, FileSystems.join(work, "analysis"), FileSystems.join(work, "tft_tmp")
     )
     _ = (
         p
         | "Once" >> beam.Create([None])
         | "Publish"
         >> beam.ParDo(
-            _PublishFn(config, staging),
+            _PublishFn(config, staging, work),
             shards=beam.pvalue.AsList(shards),
             label_counts=beam.pvalue.AsList(label_counts),
             reject_counts=beam.pvalue.AsDict(reject_counts),

@@ -148,12 +148,16 @@ def write_shard(chunks, index: int, count: int, dest: str, compression: str = "n
     return examples, nbytes, digest.hexdigest()
 
 
-def write_task(task, shard_dir: str, compression: str = "none", index: bool = False, schema_name: str = "default", dropped=()) -> dict:
+def write_task(task, shard_dir: str, compression: str = "none", index: bool = False, schema_name: str = "default", dropped=(),
+               filesystem_flags=()) -> dict:
     """Write one planned shard (split, index, count, chunks) to shard_dir, atomically; returns its description.
 
-    dropped: keys of removed duplicates (--dedup) to leave out; index: a DALI index beside it.
+    dropped: keys of removed duplicates (--dedup) to leave out; index: a DALI index beside it;
+    filesystem_flags: the Beam flags a pool process needs for a bucket (S3's endpoint and keys).
     """
-    from beam_etl import records
+    from beam_etl import objstore, records
+
+    objstore.configure_for(shard_dir, filesystem_flags)  # once per process
 
     split, number, count, chunks = task
     name = shard_name(split, number, count, compression)

@@ -184,8 +184,8 @@ class _PlanFn(beam.DoFn):
 class _WriteShardFn(beam.DoFn):
     """Writes each planned shard, inline or in the process pool (processes > 1; DirectRunner only)."""
 
-    def __init__(self, shard_dir, compression, write_index=False, schema_name="default", processes=0):
-        self.shard_dir = shard_dir
+    def __init__(self, shard_dir, compression, write_index=False, schema_name="default", processes=0, filesystem_flags=()):
+        self.shard_dir, self.filesystem_flags = shard_dir, tuple(filesystem_flags)
         self.compression = compression
         self.write_index = write_index
         self.schema_name = schema_name
@@ -196,7 +196,8 @@ class _WriteShardFn(beam.DoFn):
         self.pool = None  # made at the first task: it needs the side input
 
     def process(self, task, dropped=()):
-        write = functools.partial(sharding.write_task, shard_dir=self.shard_dir, compression=self.compression, index=self.write_index, schema_name=self.schema_name, dropped=tuple(dropped))
+        write = functools.partial(sharding.write_task, shard_dir=self.shard_dir, compression=self.compression, index=self.write_index, schema_name=self.schema_name, dropped=tuple(dropped),
+                                  filesystem_flags=self.filesystem_flags)
         if self.processes <= 1:
             self.shards.inc()
             yield write(task)
@@ -224,9 +225,11 @@ class WriteShards(beam.PTransform):
     in the dataset size; see README 'Why not WriteToTFRecord locally'.
     """
 
-    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False, schema_name="default", dropped_keys=None, processes=0):
+    def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False, schema_name="default", dropped_keys=None, processes=0,
+                 filesystem_flags=()):
         super().__init__()
         self.processes = processes  # >1: shards written in the encode pool (DirectRunner)
+        self.filesystem_flags = filesystem_flags  # for that pool's processes: S3's endpoint and keys
         self.chunk_dir, self.shard_dir = chunk_dir, shard_dir
         self.num_shards, self.shard_size_mb, self.compression = num_shards, shard_size_mb, compression
         self.write_index = write_index
@@ -248,7 +251,7 @@ class WriteShards(beam.PTransform):
             | "SpreadShards" >> beam.Reshuffle()
             | "Write"
             >> beam.ParDo(
-                _WriteShardFn(self.shard_dir, self.compression, self.write_index, self.schema_name, self.processes),
+                _WriteShardFn(self.shard_dir, self.compression, self.write_index, self.schema_name, self.processes, self.filesystem_flags),
                 **_dropped_side_input(self.dropped_keys),
             )
         )

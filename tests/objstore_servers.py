@@ -393,6 +393,17 @@ class S3Server:
         bucket, name = self._split(uri)
         return self.client().get_object(Bucket=bucket, Key=name)["Body"].read()
 
+    def download_tree(self, uri: str, local) -> int:
+        """Every object under the prefix, as files under the local folder; returns the count."""
+        prefix = uri.rstrip("/") + "/"
+        found = self.list(prefix)
+        for object_uri in found:
+            path = os.path.join(str(local), object_uri[len(prefix):])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(self.read(object_uri))
+        return len(found)
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()

@@ -56,6 +56,11 @@ def main(argv=None) -> int:
     _bench_parser(sub)
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
+    if str(args.get("data_dir", "")).startswith("s3://"):  # before TensorFlow's import and any work
+        print(f"trainer {command}: error: --data_dir {args['data_dir']}: TensorFlow 2.21 has no s3:// filesystem, "
+              "so tf.data can't read these shards; copy the dataset to local disk or gs:// first "
+              f"(for example `aws s3 sync {args['data_dir']} /data/ds`)", file=sys.stderr)
+        return 2
     try:
         if command == "train":
             from trainer import task
