@@ -136,6 +136,36 @@ def psd(width: int = 12, height: int = 10) -> bytes:
     return header + struct.pack(">III", 0, 0, 0) + struct.pack(">H", 0) + planes
 
 
+def _psd_field(offset: int, fmt: str, *values) -> bytes:
+    data = bytearray(psd())
+    struct.pack_into(fmt, data, offset, *values)
+    return bytes(data)
+
+
+def _tiff_without_width() -> bytes:
+    data = _encode(photo(16, 16), "TIFF")
+    ifd = struct.unpack_from("<I", data, 4)[0]
+    for n in range(struct.unpack_from("<H", data, ifd)[0]):
+        if struct.unpack_from("<H", data, ifd + 2 + 12 * n)[0] == 256:  # ImageWidth, renamed to a private tag
+            struct.pack_into("<H", data, ifd + 2 + 12 * n, 65_000)
+    return bytes(data)
+
+
+def _png_with_text_bomb() -> bytes:
+    """A zTXt chunk, before the image data, that inflates to 8 MB."""
+    png = bytes(_encode(photo(16, 16), "PNG"))
+    body = b"Comment\0\0" + zlib.compress(b"a" * (8 << 20), 9)
+    chunk = struct.pack(">I", len(body)) + b"zTXt" + body + struct.pack(">I", zlib.crc32(b"zTXt" + body))
+    at = png.index(b"IDAT") - 4
+    return png[:at] + chunk + png[at:]
+
+
+def _header_byte(fmt: str, offset: int, value: int, width: int = 1, order: str = "big") -> bytes:
+    data = _encode(photo(16, 16), fmt)
+    data[offset : offset + width] = value.to_bytes(width, order)
+    return bytes(data)
+
+
 def cases() -> dict:
     """{relpath: (bytes, expected reason or None)}; the label is the first folder."""
     wide = Image.new("L", (65_535, 1), 100)
@@ -166,4 +196,13 @@ def cases() -> dict:
         "huge/mpo_frame_60k.jpg": (_mpo_with_huge_frame(), images.TOO_MANY_PIXELS),
         "huge/icns_icon_100k.icns": (_icns_with_huge_icon(), images.TOO_MANY_PIXELS),
         "ok/photoshop.psd": (psd(), None),
+        # Found by reading Pillow's plugins for what they raise (OSError, SyntaxError, KeyError, TypeError, ValueError).
+        "psd/rgb_with_1_channel.psd": (_psd_field(12, ">H", 1), images.CORRUPT),
+        "psd/color_mode_99.psd": (_psd_field(24, ">H", 99), images.DECODER_ERROR),
+        "psd/depth_7.psd": (_psd_field(22, ">H", 7), images.DECODER_ERROR),
+        "huge/psd_100k.psd": (_psd_field(14, ">II", 100_000, 100_000), images.TOO_MANY_PIXELS),
+        "tiff/no_width.tif": (_tiff_without_width(), images.DECODER_ERROR),
+        "other/png_ztxt_bomb.png": (_png_with_text_bomb(), images.CORRUPT),
+        "other/sgi_9_channels.sgi": (_header_byte("SGI", 10, 9, width=2), images.CORRUPT),
+        "other/tga_type_7.tga": (_header_byte("TGA", 2, 7), images.NOT_AN_IMAGE),
     }
