@@ -47,6 +47,17 @@ def _wait_for_port(port: int, proc: subprocess.Popen, what: str, timeout: float 
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
+def _stop(proc: subprocess.Popen, log) -> None:
+    """Terminate a server process (kill it after 10 s) and close its log."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log.close()
+
+
 def _executable(name: str) -> str:
     """A console script of this venv (beside sys.executable), else from PATH."""
     here = os.path.join(os.path.dirname(sys.executable), name)
@@ -321,13 +332,7 @@ class GcsServer:
         if getattr(self, "proxy", None):
             self.proxy.shutdown()
             self.proxy.server_close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+        _stop(self.proc, self.log)
 
 
 class S3Server:
@@ -405,13 +410,7 @@ class S3Server:
         return len(found)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+        _stop(self.proc, self.log)
 
 
 def main(argv=None) -> None:
