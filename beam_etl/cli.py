@@ -375,8 +375,6 @@ def main(argv=None) -> int:
     objstore.configure(beam_args, [getattr(args, "data_dir", None) or args.dir])
     if args.command == "verify":
         return verify(args)
-    if args.command == "fingerprint":
-        return fingerprint(args)
     if args.command == "inspect":
         return inspect_command(args)
     if args.command == "index":

@@ -6,6 +6,7 @@ readers walk the headers, never the pixels, so the caller can check every size a
 --max_pixels before anything is decoded. Pillow only, no Beam or TF.
 """
 
+import io
 import struct
 
 from PIL import Image
@@ -13,16 +14,12 @@ from PIL import Image
 _PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def declared_sizes(im: Image.Image, data: bytes, limit: int):
-    """Yield (width, height, what) for each frame or sub-image `im`'s container declares, at most `limit`."""
+def declared_sizes(im: Image.Image, data: bytes):
+    """Yield (width, height, what) for each frame or sub-image `im`'s container declares, lazily."""
     readers = {"ICO": _ico, "ICNS": _icns, "GIF": _gif, "PNG": _apng, "TIFF": _pages, "MPO": _mpo}
     reader = readers.get(im.format or "")
-    if reader is None:
-        return
-    for count, size in enumerate(reader(im, data)):
-        if count >= limit:
-            return
-        yield size
+    if reader is not None:
+        yield from reader(im, data)
 
 
 def _png_size(chunk: bytes):
@@ -48,15 +45,9 @@ def _icns(im, data):
         head = data[start : start + min(length, 64)]
         size = _png_size(head)
         if size is None and head[:4] in (b"\xff\x4f\xff\x51", b"\x00\x00\x00\x0c"):  # JPEG 2000
-            size = Image.open(_slice(data, start, length)).size  # a header read
+            size = Image.open(io.BytesIO(data[start : start + length])).size  # a header read
         if size is not None:
             yield size[0], size[1], f"icon {sig.decode('latin-1', 'replace')}"
-
-
-def _slice(data, start, length):
-    import io
-
-    return io.BytesIO(data[start : start + length])
 
 
 def _gif(im, data):
@@ -121,8 +112,6 @@ def _pages(im, data):
 
 def _mpo(im, data):
     """Every frame of an MPO (stereo JPEG): the frame header at each offset the MP index gives."""
-    import io
-
     offsets = getattr(im, "_MpoImageFile__mpoffsets", [])  # Pillow keeps them private
     for n, offset in enumerate(offsets[1:], start=1):
         yield (*Image.open(io.BytesIO(data[offset:])).size, f"frame {n}")  # JPEG header read

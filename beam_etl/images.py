@@ -13,8 +13,10 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from beam_etl import containers
 
-# Pillow's own bomb check is a warning below 2x its limit; ours is an explicit, configurable one.
+# Pillow's bomb check is off until canonicalise() sets it to --max_pixels (in _pillow), with its
+# warning made an error. WARN_POSSIBLE_FORMATS: Image.open reports why each plugin refused a file.
 Image.MAX_IMAGE_PIXELS = None
+Image.WARN_POSSIBLE_FORMATS = True
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 STATS_SIDE = 32  # statistics are taken on a copy about this size, not on the full image
@@ -176,7 +178,6 @@ def _open(data: bytes, max_pixels: int) -> Image.Image:
     tried = []  # each plugin's failure, as Pillow reports it
     try:
         with _pillow("open", "input", max_pixels, keep_warnings=True) as tried:
-            Image.WARN_POSSIBLE_FORMATS = True
             return Image.open(io.BytesIO(data))
     except Rejected as r:
         rejected = r
@@ -207,12 +208,11 @@ def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
     source_format = (im.format or "unknown").lower()
     width, height = im.size
     _check_pixels(width, height, policy, "")
-    with _pillow("header", source_format, policy.max_pixels):
-        declared = list(containers.declared_sizes(im, data, MAX_FRAMES + 1))  # headers only, no pixels
-    if len(declared) > MAX_FRAMES:
-        raise Rejected(TOO_MANY_PIXELS, f"{source_format} declares over {MAX_FRAMES} frames or sub-images")
-    for w, h, what in declared:
-        _check_pixels(w, h, policy, f" ({what})")
+    with _pillow("header", source_format, policy.max_pixels):  # Rejected passes through it as is
+        for count, (w, h, what) in enumerate(containers.declared_sizes(im, data)):  # headers only, no pixels
+            if count >= MAX_FRAMES:
+                raise Rejected(TOO_MANY_PIXELS, f"{source_format} declares over {MAX_FRAMES} frames or sub-images")
+            _check_pixels(w, h, policy, f" ({what})")
     compression = im.info.get("compression")  # TIFF: a codec this build may lack (webp, jpeg2000)
     with _pillow(f"decode ({compression} compression)" if compression else "decode", source_format, policy.max_pixels):
         im.load()  # a full decode: truncated and corrupt data fail here

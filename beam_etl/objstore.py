@@ -106,9 +106,7 @@ def bucket_exists(uri: str) -> bool:
     kind, bucket = scheme(uri), bucket_of(uri)
     try:
         if kind == "gs":
-            from apache_beam.io.gcp import gcsio
-
-            return gcsio.GcsIO(pipeline_options=FileSystems._pipeline_options).get_bucket(bucket) is not None
+            return _new_io("gs").get_bucket(bucket) is not None
         if kind == "s3":
             return _s3_bucket_exists(bucket)
     except StorageError:
