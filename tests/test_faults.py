@@ -30,9 +30,19 @@ POINTS = {
 }
 
 
+# The publish is a handful of renames, done in milliseconds: on a loaded machine the kill
+# could land after dataset.json. Each move is followed by a pause in the child, so that a
+# kill sent on seeing the first published shard lands mid-publish.
+SLOW_PUBLISH = (
+    "import time; from beam_etl import cli, metadata; move = metadata._move; "
+    "metadata._move = lambda a, b: (move(a, b), time.sleep(0.5)); cli.run()"
+)
+
+
 def convert_and_kill(folder, out, condition, timeout=300):
     env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    cmd = [sys.executable, "-m", "beam_etl", "convert", "--input", str(folder), "--output", str(out), *MNIST_FLAGS]
+    args = ["convert", "--input", str(folder), "--output", str(out), *MNIST_FLAGS]
+    cmd = [sys.executable, "-c", SLOW_PUBLISH, *args]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + timeout
     try:
