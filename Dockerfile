@@ -41,7 +41,8 @@ CMD ["--help"]
 FROM ${FLEX_LAUNCHER_IMAGE} AS launcher
 
 # ---- etl: the Dataflow Flex Template launcher AND the custom SDK worker image
-# (--sdk_container_image), and the Python SDK worker pool for Flink (args: --worker_pool).
+# (--sdk_container_image), and the Python SDK worker pool for Flink
+# (command: python -m apache_beam.runners.worker.worker_pool_main --service_port=50000).
 FROM ${BEAM_SDK_IMAGE} AS etl
 ARG UID=1000
 COPY --from=launcher /opt/google/dataflow/python_template_launcher /opt/google/dataflow/python_template_launcher

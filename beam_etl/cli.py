@@ -36,6 +36,7 @@ def _convert_parser(sub):
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
     p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--reads_in_flight", type=int, default=16, help="reads kept ahead of the decode in each worker, so an object store's 10-50 ms per request overlaps other work; 1 reads one image at a time")
+    p.add_argument("--worker_start_timeout", default="auto", help="seconds to wait for the first SDK worker process to run a bundle before failing the job; auto: 120 for EXTERNAL, PROCESS, LOOPBACK and DOCKER environments (Flink, a worker pool), off on the DirectRunner and Dataflow; 0 waits forever")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
     p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
     return p
@@ -131,21 +132,6 @@ def _encode_processes(value: str, options) -> int:
             raise ValueError(f"--encode_processes must be 0 or more, got {processes}")
         return processes
     return workpool.cores() if progress.direct_mode(options) == "in_memory" and workpool.cores() > 1 else 0
-
-
-def _runner(options):
-    """The DirectRunner's own choice, FnApiRunner, without its first attempt to download and start Prism."""
-    from beam_etl import progress
-
-    if not progress.is_direct(options):
-        return None  # Beam builds the runner named by --runner
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    # As SwitchingDirectRunner.run_pipeline does, so that workers see the pipeline options.
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
 
 
 def _writer(args, beam_args) -> str:
@@ -248,11 +234,13 @@ def _prepare_output(config, overwrite: bool, local_runner: bool = True) -> None:
         FileSystems.mkdirs(output) if not FileSystems.exists(output) else None
 
 
-def _root_cause(exc: BaseException) -> str:
+def _root_cause(exc: BaseException, options) -> str:
     """Beam wraps a DoFn's exception in its own; find ours by its class name in the text."""
-    from beam_etl import metadata
+    from beam_etl import metadata, runners
 
     text = str(exc)
+    if isinstance(exc, runners.WorkersNeverConnected) or runners.explain(text, options):
+        return text if isinstance(exc, runners.WorkersNeverConnected) else runners.explain(text, options)
     for cls in (metadata.TooManyRejects, metadata.IncompleteDataset):
         marker = f"{cls.__name__}: "
         if marker in text:
@@ -264,11 +252,12 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     import apache_beam as beam
 
-    from beam_etl import objstore, pipeline, progress, report, sources, workpool
+    from beam_etl import objstore, pipeline, progress, report, runners, sources, workpool
 
     started = time.time()
     try:
         options = _pipeline_options(beam_args)
+        start_timeout = runners.start_timeout(options, args.worker_start_timeout)
         objstore.configure(beam_args, [*args.input, args.output])  # before the first bucket call
         config = dataclasses.replace(
             _config(args, beam_args),
@@ -283,18 +272,20 @@ def convert(args, beam_args) -> int:
         return 0
     except (ValueError, sources.InputError) as e:
         return _usage_error(str(e))
-    p = beam.Pipeline(runner=_runner(options), options=options)
+    p = beam.Pipeline(runner=runners.build(options), options=options)
     live = progress.is_direct(options) and args.progress != "none"
     staging = pipeline.build(p, config, live_progress=live)
+
+    def submitted(result):
+        if not live:
+            print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
+
     try:
         with progress.Reporter(args.progress if live else "none", progress.progress_folder(staging), config.inputs, args.progress_interval) as reporter:
-            result = p.run()  # on the DirectRunner this returns when the job is done
-            if not live:
-                print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
-            result.wait_until_finish()
+            result = runners.run(p, options, runners.checkin_folder(staging), start_timeout, submitted)
             reporter.finish(result)
     except Exception as e:  # noqa: BLE001 - a Beam job failure surfaces as any type; report it in one line
-        print(f"beam-etl: conversion failed: {_root_cause(e)}", file=sys.stderr)
+        print(f"beam-etl: conversion failed: {_root_cause(e, options)}", file=sys.stderr)
         return EXIT_FAILED
     report.print_summary(config.output, time.time() - started)
     return 0

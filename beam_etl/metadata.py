@@ -42,7 +42,7 @@ def versions() -> dict:
 MAX_LISTED_LEAKS = 100  # dataset.json lists this many leakage groups with their keys, and counts all
 
 
-def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict, leaks=(), duplicates=()) -> dict:
+def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict, leaks=(), duplicates=(), workers=()) -> dict:
     """The dataset.json document; raises IncompleteDataset when the counts do not reconcile."""
     splits = {}
     for info in sorted(shards, key=lambda s: (s["split"], s["index"])):
@@ -97,6 +97,8 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
         "options": options,
         "versions": versions(),
         "source_fingerprint": fingerprint,
+        # SDK worker processes that listed or encoded (runners.check_in): how parallel the run was.
+        "worker_processes": len(set(workers)),
     }
 
 

@@ -6,7 +6,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata, objstore, progress, records
+from beam_etl import images, metadata, objstore, progress, records, runners
 from beam_etl.transforms import REJECTS, AnalyzeStatistics, DropKeys, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
 
 
@@ -49,6 +49,9 @@ class _PublishFn(beam.DoFn):
     def __init__(self, config: ConvertConfig, staging: str, work: str):
         self.config, self.staging, self.work = config, staging, work  # work: where tf.Transform wrote
 
+    def setup(self):
+        objstore.configure(self.config.filesystem_flags, [self.config.output])  # in a worker of its own, too
+
     def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, analysis_done, rejects_done):
         from beam_etl import analyze
 
@@ -73,6 +76,7 @@ class _PublishFn(beam.DoFn):
             statistics=statistics,
             leaks=leaks,
             duplicates=duplicates,
+            workers=runners.checked_in(runners.checkin_folder(self.staging)),
         )
         metadata.publish(self.staging, config.output, document, analysis)
         objstore.delete_tree(self.staging)
@@ -93,7 +97,9 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
     """
     staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
-    refs, fingerprint, inputs = p | "ListImages" >> ListImages(config.inputs, spread=not _pool_does_the_spreading(p, config))
+    checkin = runners.checkin_folder(staging)  # each worker process leaves its name here
+    listing = ListImages(config.inputs, not _pool_does_the_spreading(p, config), config.filesystem_flags, checkin)
+    refs, fingerprint, inputs = p | "ListImages" >> listing
 
     settings = records.Settings(
         config.policy,
@@ -105,7 +111,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         filesystem_flags=config.filesystem_flags,
         reads_in_flight=config.reads_in_flight,
     )
-    encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress.progress_folder(staging) if live_progress else None)
+    progress_dir = progress.progress_folder(staging) if live_progress else None
+    encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress_dir, checkin)
     facts, dropped_keys, dropped_rows = encoded.facts, None, None
     if config.dedup:
         dropped_rows = (

@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import progress, readahead, records, sharding, sources, tfrecord, workpool
+from beam_etl import objstore, progress, readahead, records, runners, sharding, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = "beam_etl"
@@ -19,6 +19,13 @@ REJECTS = "rejects"
 
 class _ListFn(beam.DoFn):
     """One --input to its image references (each with its mtime, for the fingerprint)."""
+
+    def __init__(self, uris=(), filesystem_flags=(), checkin=None):
+        self.uris, self.filesystem_flags, self.checkin = list(uris), tuple(filesystem_flags), checkin
+
+    def setup(self):
+        objstore.configure(self.filesystem_flags, self.uris)  # in a worker of its own, too
+        runners.check_in(self.checkin)
 
     def process(self, uri):
         yield from sources.listing(uri)
@@ -32,16 +39,17 @@ class ListImages(beam.PTransform):
     they are listed, instead of all being listed and shuffled first (3-4 s at 50k images).
     """
 
-    def __init__(self, uris, spread: bool = True):
+    def __init__(self, uris, spread: bool = True, filesystem_flags=(), checkin=None):
         super().__init__()
         self.uris = list(uris)
         self.spread = spread
+        self.filesystem_flags, self.checkin = filesystem_flags, checkin  # see _ListFn
 
     def expand(self, pbegin):
         listed = (
             pbegin
             | "Inputs" >> beam.Create(self.uris)
-            | "List" >> beam.ParDo(_ListFn())
+            | "List" >> beam.ParDo(_ListFn(self.uris, self.filesystem_flags, self.checkin))
             # (ImageRef, mtime)
         )
         refs = listed | "Refs" >> beam.Map(lambda pair: pair[0])
@@ -62,16 +70,20 @@ class ListImages(beam.PTransform):
 class _EncodeFn(beam.DoFn):
     """Reads and encodes each ImageRef, inline or in a process pool (processes > 1; DirectRunner only)."""
 
-    def __init__(self, settings, processes=0, progress_dir=None):
+    def __init__(self, settings, processes=0, progress_dir=None, checkin=None):
         self.settings = settings
         self.processes = processes
         self.progress_dir = progress_dir
+        self.checkin = checkin  # runners.check_in: which worker processes encode
         self.written = Metrics.counter(NAMESPACE, "images_encoded")
         self.passthrough = Metrics.counter(NAMESPACE, "images_passed_through")
         self.rejected = Metrics.counter(NAMESPACE, "images_rejected")
         self.bytes = Metrics.counter(NAMESPACE, "bytes_encoded")
 
     def setup(self):
+        if self.checkin:  # before any other bucket call of this process (credentials: objstore)
+            objstore.configure(self.settings.filesystem_flags, [self.checkin])
+        runners.check_in(self.checkin)
         self.progress = progress.tally(self.progress_dir)  # live counts for the launcher; see progress.py
 
     def start_bundle(self):
@@ -126,9 +138,9 @@ class EncodeExamples(beam.PTransform):
     input order but possibly in a later call (the global window is the only window here).
     """
 
-    def __init__(self, settings, processes=0, progress_dir=None):
+    def __init__(self, settings, processes=0, progress_dir=None, checkin=None):
         super().__init__()
-        self.fn = _EncodeFn(settings, processes, progress_dir)
+        self.fn = _EncodeFn(settings, processes, progress_dir, checkin)
 
     def expand(self, refs):
         return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", main="records")

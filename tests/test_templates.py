@@ -347,9 +347,11 @@ def test_flink_manifests_wire_job_server_worker_pool_and_launcher():
     pods = [d["spec"]["template"]["spec"] for d in load_yaml(os.path.join(flink, "flink-session-cluster.yaml")) if d["kind"] == "Deployment"]
     (taskmanager,) = [p for p in pods if any(c["name"] == "taskmanager" for c in p["containers"])]
     (pool,) = [c for c in taskmanager["containers"] if c["name"] == "beam-worker-pool"]
-    assert pool["args"] == ["--worker_pool"] and pool["ports"][0]["containerPort"] == 50000
+    assert pool["command"] == ["python", "-m", "apache_beam.runners.worker.worker_pool_main"]
+    (port,) = [int(a.split("=")[1]) for a in pool["args"] if a.startswith("--service_port=")]
+    assert pool["ports"][0]["containerPort"] == pool["livenessProbe"]["tcpSocket"]["port"] == port
     launcher = _flags(_pod(os.path.join(flink, "convert-job.yaml"))["containers"][0])
-    assert launcher["--environment_type"] == "EXTERNAL" and launcher["--environment_config"] == "localhost:50000"
+    assert launcher["--environment_type"] == "EXTERNAL" and launcher["--environment_config"] == f"localhost:{port}"
     host, port = launcher["--job_endpoint"].split(":")
     assert int(port) in [p["port"] for p in services[host]["spec"]["ports"]]
 

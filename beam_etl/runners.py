@@ -1,0 +1,192 @@
+"""Which Beam runner runs `convert`, and the launcher's watch on SDK workers in their own processes.
+
+Runner specifics live here, not in the CLI or the transforms: the DirectRunner's FnApiRunner
+without Prism, the embedded job service with SDK workers from an external pool (the Flink
+topology on one machine), the check-in that each worker process leaves, and the one-line
+explanations of the ways external workers fail.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from apache_beam.io.filesystems import FileSystems
+
+# Environments whose SDK workers a pool or a process starts within seconds of the job: when
+# none checks in within --worker_start_timeout, something is wrong with how they start.
+_QUICK_ENVIRONMENTS = ("EXTERNAL", "PROCESS", "LOOPBACK", "DOCKER")
+DEFAULT_START_TIMEOUT = 120.0
+_CHECKED_IN = set()
+_LOCK = threading.Lock()
+
+
+class WorkersNeverConnected(RuntimeError):
+    """No SDK worker process ran a bundle within the start timeout."""
+
+
+def embedded_external(options) -> bool:
+    """--runner=PortableRunner --job_endpoint=embed --environment_type=EXTERNAL."""
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+
+    portable = options.view_as(PortableOptions)
+    runner = str(options.view_as(StandardOptions).runner or "").split(".")[-1]
+    return runner == "PortableRunner" and portable.job_endpoint == "embed" and (portable.environment_type or "").upper() == "EXTERNAL"
+
+
+def external_workers(options) -> int:
+    """How many SDK workers the embedded job service asks the pool for: --direct_num_workers, else every core."""
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    from beam_etl import workpool
+
+    wanted = options.view_as(DirectOptions).direct_num_workers
+    return wanted if wanted else workpool.cores()
+
+
+def build(options):
+    """The runner object for beam.Pipeline, or None to let Beam build the one --runner names."""
+    from beam_etl import progress
+
+    if not (progress.is_direct(options) or embedded_external(options)):
+        return None
+    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+    from apache_beam.transforms import environments
+
+    # As SwitchingDirectRunner.run_pipeline does, so that workers see the pipeline options.
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    if progress.is_direct(options):  # the DirectRunner's own choice, without its attempt to start Prism
+        return fn_runner.FnApiRunner(provision_info=provision)
+    # The embedded job service is this same FnApiRunner, but it always asks the pool for one
+    # worker (Beam 2.77 reads --direct_num_workers only in run_pipeline, which it skips).
+    # Given the external environment here, the runner asks the pool for N workers.
+    options.view_as(DirectOptions).direct_num_workers = external_workers(options)
+    # Its advice to use another running mode does not apply: those replace this environment.
+    logging.getLogger(fn_runner.__name__).addFilter(lambda record: "direct_num_workers is not equal" not in record.getMessage())
+    environment = environments.ExternalEnvironment.from_options(options.view_as(PortableOptions))
+    return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
+
+
+def start_timeout(options, value: str) -> float:
+    """--worker_start_timeout in seconds; 0 waits forever. auto: 120 s where workers start in seconds."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    from beam_etl import progress
+
+    if value != "auto":
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"--worker_start_timeout must be auto or seconds, got {value!r}") from None
+        if seconds < 0:
+            raise ValueError(f"--worker_start_timeout must be 0 (wait forever) or more, got {value}")
+        return seconds
+    if progress.is_direct(options):
+        return 0.0  # its workers are threads or children of this process
+    environment = (options.view_as(PortableOptions).environment_type or "").upper()
+    # Dataflow boots VMs and pulls images for minutes, and fails a job whose workers never start itself.
+    return DEFAULT_START_TIMEOUT if environment in _QUICK_ENVIRONMENTS else 0.0
+
+
+def checkin_folder(staging: str) -> str:
+    return FileSystems.join(staging, "workers")
+
+
+def check_in(folder) -> None:
+    """Leave `folder`/HOST-PID once per worker process: the launcher's sign that workers run bundles."""
+    if not folder:
+        return
+    name = f"{socket.gethostname()}-{os.getpid()}"
+    with _LOCK:
+        if (folder, name) in _CHECKED_IN:
+            return
+        _CHECKED_IN.add((folder, name))
+    if "://" not in folder:
+        os.makedirs(folder, exist_ok=True)
+    with FileSystems.create(FileSystems.join(folder, name)) as f:
+        f.write(b"")
+
+
+def checked_in(folder: str) -> list:
+    """The worker processes that have checked in, as HOST-PID names."""
+    if "://" not in folder:
+        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    found = FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list
+    return sorted(m.path.rsplit("/", 1)[-1] for m in found)
+
+
+def _pool_address(options) -> str:
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    return options.view_as(PortableOptions).environment_config or "the worker pool"
+
+
+def never_connected(options, timeout: float) -> str:
+    return (
+        f"no SDK worker ran a bundle within {timeout:.0f} s (--worker_start_timeout): the workers never "
+        f"connected; look in the log of the worker pool at {_pool_address(options)} (on Flink, the "
+        "beam-worker-pool container of each TaskManager) for why each worker exited, such as a python "
+        "there without apache_beam or beam-image-etl"
+    )
+
+
+def run(p, options, folder: str, timeout: float, submitted=lambda result: None):
+    """p.run() to the end; raise WorkersNeverConnected when no worker checks in within `timeout` s.
+
+    The job runs on a thread: the embedded job service blocks in p.run() until the job ends,
+    and a worker that never connects leaves it waiting forever.
+    """
+    if timeout <= 0:
+        result = p.run()  # on the DirectRunner this returns when the job is done
+        submitted(result)
+        result.wait_until_finish()
+        return result
+    outcome = {}
+
+    def job():
+        try:
+            outcome["result"] = p.run()
+            submitted(outcome["result"])
+            outcome["result"].wait_until_finish()
+        except BaseException as e:  # noqa: BLE001 - handed to the launcher's thread as it is
+            outcome["error"] = e
+
+    thread = threading.Thread(target=job, name="beam-etl-job", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while thread.is_alive():
+        if checked_in(folder):
+            thread.join()
+            break
+        if time.monotonic() > deadline:
+            _cancel(outcome.get("result"))
+            raise WorkersNeverConnected(never_connected(options, timeout))
+        thread.join(1.0)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _cancel(result) -> None:
+    if result is None:  # the embedded job service had not returned: the process exit ends it
+        return
+    try:
+        result.cancel()
+    except Exception:  # noqa: BLE001 - best effort: the job service may be gone too
+        pass
+
+
+def explain(text: str, options) -> str:
+    """One line for a job failure caused by a worker process, or '' when it is something else."""
+    if "Channel closed prematurely" in text or "Socket closed" in text:
+        return (
+            f"an SDK worker process died mid-bundle (its connection closed): nothing was published; look "
+            f"in the log of the worker pool at {_pool_address(options)} for why (killed, out of memory), "
+            "then run the same command again"
+        )
+    return ""
