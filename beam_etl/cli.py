@@ -108,8 +108,11 @@ def _pipeline_options(beam_args):
 
     from beam_etl import progress, workpool
 
+    from beam_etl import runners
+
     options = PipelineOptions(beam_args)
-    if progress.direct_mode(options) not in (None, "in_memory") and "--direct_num_workers" not in " ".join(beam_args):
+    parallel = progress.direct_mode(options) not in (None, "in_memory") or runners.embedded_external(options)
+    if parallel and "--direct_num_workers" not in " ".join(beam_args):
         options.view_as(DirectOptions).direct_num_workers = workpool.cores()  # Beam's default of one worker makes these modes pointless
     return options
 
@@ -277,8 +280,11 @@ def convert(args, beam_args) -> int:
     staging = pipeline.build(p, config, live_progress=live)
 
     def submitted(result):
-        if not live:
+        if not live and not runners.embedded_external(options):
             print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
+
+    if runners.embedded_external(options):  # in this process: p.run() returns when the job ends
+        print(runners.describe_embedded(options), file=sys.stderr, flush=True)
 
     try:
         with progress.Reporter(args.progress if live else "none", progress.progress_folder(staging), config.inputs, args.progress_interval) as reporter:

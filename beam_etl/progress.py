@@ -15,6 +15,7 @@ import time
 import uuid
 
 MODES = ("auto", "bar", "log", "none")
+NAMESPACE = "beam_etl"  # of the Beam counters that transforms.py keeps and final_counts reads
 FLUSH_SECONDS = 1.0  # how often one DoFn instance rewrites its file: a few writes a second in all, whatever the rate
 
 
@@ -231,8 +232,6 @@ class Reporter:
 def final_counts(result) -> tuple:
     """(images_encoded, images_rejected) from the finished job's Beam counters."""
     from apache_beam.metrics.metric import MetricsFilter
-
-    from beam_etl.transforms import NAMESPACE
 
     totals = {}
     for name in ("images_encoded", "images_rejected"):

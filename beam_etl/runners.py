@@ -26,6 +26,13 @@ class WorkersNeverConnected(RuntimeError):
     """No SDK worker process ran a bundle within the start timeout."""
 
 
+class WorkerDied(RuntimeError):
+    """An SDK worker's control stream ended while the job still needed it."""
+
+
+DIED = "an SDK worker process died"  # in WorkerDied's text, for explain()
+
+
 def embedded_external(options) -> bool:
     """--runner=PortableRunner --job_endpoint=embed --environment_type=EXTERNAL."""
     from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
@@ -36,13 +43,13 @@ def embedded_external(options) -> bool:
 
 
 def external_workers(options) -> int:
-    """How many SDK workers the embedded job service asks the pool for: --direct_num_workers, else every core."""
+    """How many SDK workers the embedded job service asks the pool for (cli sets every core by default)."""
     from apache_beam.options.pipeline_options import DirectOptions
 
     from beam_etl import workpool
 
     wanted = options.view_as(DirectOptions).direct_num_workers
-    return wanted if wanted else workpool.cores()
+    return wanted if wanted else workpool.cores()  # 0: every core, as Beam reads it
 
 
 def build(options):
@@ -65,11 +72,55 @@ def build(options):
     # The embedded job service is this same FnApiRunner, but it always asks the pool for one
     # worker (Beam 2.77 reads --direct_num_workers only in run_pipeline, which it skips).
     # Given the external environment here, the runner asks the pool for N workers.
+    _abort_when_a_worker_dies()
     options.view_as(DirectOptions).direct_num_workers = external_workers(options)
     # Its advice to use another running mode does not apply: those replace this environment.
     logging.getLogger(fn_runner.__name__).addFilter(lambda record: "direct_num_workers is not equal" not in record.getMessage())
     environment = environments.ExternalEnvironment.from_options(options.view_as(PortableOptions))
     return fn_runner.FnApiRunner(default_environment=environment, provision_info=provision)
+
+
+def _abort_when_a_worker_dies() -> None:
+    """Fail the job, not hang it, when an SDK worker process dies between two bundles.
+
+    Beam 2.77's FnApiRunner gives up on a bundle whose worker dies mid-bundle (the data
+    stream breaks: "Channel closed prematurely"), but an instruction sent to a worker that
+    died while idle waits on a future that nothing will ever set (measured: a worker killed
+    after the listing hung the launcher). When a worker's control stream ends, its pending
+    instructions and every later one are aborted here. These are private names of
+    worker_handlers.ControlConnection; tests/test_runners.py fails if an upgrade drops them.
+    """
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    connection = worker_handlers.ControlConnection
+    if getattr(connection, "_beam_etl_aborts", False):
+        return
+    read, push = connection._read, connection.push
+
+    def read_then_abort(self):
+        try:
+            read(self)
+            why = "its control stream ended"
+        except Exception as e:  # noqa: BLE001 - grpc.RpcError when the process died; any end is the end
+            why = f"its control stream broke ({type(e).__name__})"
+        self._beam_etl_dead = WorkerDied(f"{DIED}: {why}")
+        for future in list(self._futures_by_id.values()):
+            future.abort(self._beam_etl_dead)
+
+    def push_or_abort(self, request):
+        future = push(self, request)
+        dead = getattr(self, "_beam_etl_dead", None)
+        if dead is not None and future is not None:
+            future.abort(dead)
+        return future
+
+    connection._read, connection.push = read_then_abort, push_or_abort  # before any connection exists
+    connection._beam_etl_aborts = True
+
+
+def describe_embedded(options) -> str:
+    return (f"beam-etl: submitted to PortableRunner (the embedded job service): {external_workers(options)} "
+            f"SDK workers from the pool at {_pool_address(options)}")
 
 
 def start_timeout(options, value: str) -> float:
@@ -139,7 +190,8 @@ def run(p, options, folder: str, timeout: float, submitted=lambda result: None):
     """p.run() to the end; raise WorkersNeverConnected when no worker checks in within `timeout` s.
 
     The job runs on a thread: the embedded job service blocks in p.run() until the job ends,
-    and a worker that never connects leaves it waiting forever.
+    and a worker that never connects leaves it waiting forever. The clock starts when the job
+    is submitted: p.run() of the FlinkRunner may first spend minutes fetching its job server.
     """
     if timeout <= 0:
         result = p.run()  # on the DirectRunner this returns when the job is done
@@ -147,10 +199,13 @@ def run(p, options, folder: str, timeout: float, submitted=lambda result: None):
         result.wait_until_finish()
         return result
     outcome = {}
+    if embedded_external(options):
+        outcome["submitted_at"] = time.monotonic()  # p.run() is the whole job
 
     def job():
         try:
             outcome["result"] = p.run()
+            outcome.setdefault("submitted_at", time.monotonic())
             submitted(outcome["result"])
             outcome["result"].wait_until_finish()
         except BaseException as e:  # noqa: BLE001 - handed to the launcher's thread as it is
@@ -158,18 +213,25 @@ def run(p, options, folder: str, timeout: float, submitted=lambda result: None):
 
     thread = threading.Thread(target=job, name="beam-etl-job", daemon=True)
     thread.start()
-    deadline = time.monotonic() + timeout
     while thread.is_alive():
-        if checked_in(folder):
+        if _seen(folder):
             thread.join()
             break
-        if time.monotonic() > deadline:
+        since = outcome.get("submitted_at")
+        if since is not None and time.monotonic() - since > timeout:
             _cancel(outcome.get("result"))
             raise WorkersNeverConnected(never_connected(options, timeout))
         thread.join(1.0)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def _seen(folder: str) -> bool:
+    try:
+        return bool(checked_in(folder))
+    except OSError:  # Beam's BeamIOError too: a failed listing is asked again a second later
+        return False
 
 
 def _cancel(result) -> None:
@@ -183,9 +245,9 @@ def _cancel(result) -> None:
 
 def explain(text: str, options) -> str:
     """One line for a job failure caused by a worker process, or '' when it is something else."""
-    if "Channel closed prematurely" in text or "Socket closed" in text:
+    if "Channel closed prematurely" in text or DIED in text:
         return (
-            f"an SDK worker process died mid-bundle (its connection closed): nothing was published; look "
+            f"an SDK worker process died while the job ran (its connection closed): nothing was published; look "
             f"in the log of the worker pool at {_pool_address(options)} for why (killed, out of memory), "
             "then run the same command again"
         )

@@ -13,7 +13,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_etl import objstore, progress, readahead, records, runners, sharding, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 
-NAMESPACE = "beam_etl"
+NAMESPACE = progress.NAMESPACE
 REJECTS = "rejects"
 
 

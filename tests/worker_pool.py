@@ -40,9 +40,12 @@ class WorkerPool:
             f.write(f'#!/bin/sh\nexec "{sys.executable}" {"-S -E " if broken else ""}"$@"\n')
         os.chmod(python, 0o755)
         command = [re.sub(r"^--service_port=\d+$", f"--service_port={self.port}", a) for a in sidecar_command()]
+        assert command[0] == "python"
+        command[0] = sys.executable  # the pool itself runs; only the workers it starts get the PATH's python
         self.log_path = os.path.join(folder, "worker-pool.log")
         self.log = open(self.log_path, "wb")
-        env = dict(env, PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+        env = dict(env, PATH=bin_dir + os.pathsep + os.environ["PATH"], TF_CPP_MIN_LOG_LEVEL="2")
+        env.setdefault("PYTHONPATH", ROOT)
         self.proc = subprocess.Popen(command, env=env, cwd=folder, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         _wait_for_port(self.port, self.proc, "the SDK worker pool")
