@@ -160,7 +160,7 @@ def check_in(folder) -> None:
     if "://" not in folder:
         os.makedirs(folder, exist_ok=True)
     with FileSystems.create(FileSystems.join(folder, name)) as f:
-        f.write(b"")
+        f.write(name.encode())  # not empty: Beam's S3 writer can't finish an upload of no parts
 
 
 def checked_in(folder: str) -> list:

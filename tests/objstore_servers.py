@@ -248,14 +248,25 @@ class TlsProxy(socketserver.ThreadingTCPServer):
         threading.Thread(target=self.serve_forever, name="gcs-tls-proxy", daemon=True).start()
 
 
+# gcp-storage-emulator serves one request at a time (http.server.HTTPServer). With SDK workers in
+# processes of their own, TF's and Beam's clients in several processes then queued behind one
+# slow request until TF's 61 s stall timeout, again and again (seen: a 2-worker job stuck for 10
+# minutes). The same emulator on http.server's ThreadingHTTPServer serves them side by side.
+THREADED_EMULATOR = (
+    "import sys; from http import server; server.HTTPServer = server.ThreadingHTTPServer; "
+    "from gcp_storage_emulator.__main__ import main; sys.argv[0] = 'gcp-storage-emulator'; sys.exit(main())"
+)
+
+
 class GcsServer:
     """gcp-storage-emulator with bucket BUCKET, and the TLS proxy that lets TF's client reach it."""
 
     def __init__(self, folder: str, port: int = 0):
         self.port = port or free_port()
         self.log = open(os.path.join(folder, "gcs-emulator.log"), "wb")
+        _executable("gcp-storage-emulator")  # installed, or say how
         self.proc = subprocess.Popen(
-            [_executable("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-c", THREADED_EMULATOR, "start", "--host", "127.0.0.1", "--port", str(self.port),
              "--in-memory", "--default-bucket", BUCKET],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )
