@@ -106,9 +106,7 @@ def _usage_error(message: str) -> int:
 def _pipeline_options(beam_args):
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions
 
-    from beam_etl import progress, workpool
-
-    from beam_etl import runners
+    from beam_etl import progress, runners, workpool
 
     options = PipelineOptions(beam_args)
     parallel = progress.direct_mode(options) not in (None, "in_memory") or runners.embedded_external(options)
@@ -242,8 +240,11 @@ def _root_cause(exc: BaseException, options) -> str:
     from beam_etl import metadata, runners
 
     text = str(exc)
-    if isinstance(exc, runners.WorkersNeverConnected) or runners.explain(text, options):
-        return text if isinstance(exc, runners.WorkersNeverConnected) else runners.explain(text, options)
+    if isinstance(exc, runners.WorkersNeverConnected):
+        return text
+    explained = runners.explain(text, options)
+    if explained:
+        return explained
     for cls in (metadata.TooManyRejects, metadata.IncompleteDataset):
         marker = f"{cls.__name__}: "
         if marker in text:
@@ -277,13 +278,14 @@ def convert(args, beam_args) -> int:
         return _usage_error(str(e))
     p = beam.Pipeline(runner=runners.build(options), options=options)
     live = progress.is_direct(options) and args.progress != "none"
+    embedded = runners.embedded_external(options)  # in this process: p.run() returns when the job ends
     staging = pipeline.build(p, config, live_progress=live)
 
     def submitted(result):
-        if not live and not runners.embedded_external(options):
+        if not live and not embedded:
             print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
 
-    if runners.embedded_external(options):  # in this process: p.run() returns when the job ends
+    if embedded:
         print(runners.describe_embedded(options), file=sys.stderr, flush=True)
 
     try:

@@ -164,9 +164,7 @@ def check_in(folder) -> None:
 
 
 def checked_in(folder: str) -> list:
-    """The worker processes that have checked in, as HOST-PID names."""
-    if "://" not in folder:
-        return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    """The worker processes that have checked in, as HOST-PID names ([] before the folder exists)."""
     found = FileSystems.match([FileSystems.join(folder, "*")])[0].metadata_list
     return sorted(m.path.rsplit("/", 1)[-1] for m in found)
 
