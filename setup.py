@@ -20,6 +20,7 @@ setuptools.setup(
     description="Convert millions of images into sharded TFRecords with Apache Beam, and train on them with tf.data.",
     python_requires=">=3.11,<3.12",
     packages=setuptools.find_packages(include=["beam_etl", "beam_etl.*", "trainer", "trainer.*"]),
+    package_data={"beam_etl": ["flink_jobserver.lock"]},  # `beam-etl flink` checks the job server's jars against it
     install_requires=REQUIRED,
     extras_require={
         # Dataflow and gs:// (tensorflow-transform already pulls it in; named so a user can ask for it).

@@ -8,8 +8,11 @@ import os
 import sys
 import time
 
+from beam_etl import flink_cli
+
 EXIT_USAGE = 2
 EXIT_FAILED = 1
+EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
 
 
 def _convert_parser(sub):
@@ -261,6 +264,9 @@ def convert(args, beam_args) -> int:
     started = time.time()
     try:
         options = _pipeline_options(beam_args)
+        runners.check_job_server(options)
+        if runners.on_job_server(options):
+            runners.name_job(options)  # before beam.Pipeline copies the options: the job is found by it
         start_timeout = runners.start_timeout(options, args.worker_start_timeout)
         objstore.configure(beam_args, [*args.input, args.output])  # before the first bucket call
         config = dataclasses.replace(
@@ -281,7 +287,10 @@ def convert(args, beam_args) -> int:
     embedded = runners.embedded_external(options)  # in this process: p.run() returns when the job ends
     staging = pipeline.build(p, config, live_progress=live)
 
+    jobs = []
+
     def submitted(result):
+        jobs.append(result)
         if not live and not embedded:
             print("\n".join(progress.watch_lines(result, options)), file=sys.stderr, flush=True)
 
@@ -292,8 +301,13 @@ def convert(args, beam_args) -> int:
         with progress.Reporter(args.progress if live else "none", progress.progress_folder(staging), config.inputs, args.progress_interval) as reporter:
             result = runners.run(p, options, runners.checkin_folder(staging), start_timeout, submitted)
             reporter.finish(result)
+    except KeyboardInterrupt:
+        stopped = runners.stop_on_cluster(jobs[-1] if jobs else None, options)
+        print(f"beam-etl: interrupted{'; ' + stopped if stopped else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - a Beam job failure surfaces as any type; report it in one line
-        print(f"beam-etl: conversion failed: {_root_cause(e, options)}", file=sys.stderr)
+        stopped = runners.stop_on_cluster(jobs[-1] if jobs else None, options)
+        print(f"beam-etl: conversion failed: {_root_cause(e, options)}{'; ' + stopped if stopped else ''}", file=sys.stderr)
         return EXIT_FAILED
     report.print_summary(config.output, time.time() - started)
     return 0
@@ -357,11 +371,16 @@ def main(argv=None) -> int:
     _fingerprint_parser(sub)
     _inspect_parser(sub)
     _index_parser(sub)
+    flink_cli.add_parser(sub)
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
     if args.command == "convert":
         return convert(args, beam_args)
+    if args.command == "flink":
+        if beam_args:
+            return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
+        return flink_cli.main(args)
     from beam_etl import objstore
 
     if args.command == "fingerprint":  # its inputs may be on s3://, which needs the --s3_* flags

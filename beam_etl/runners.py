@@ -18,6 +18,11 @@ from apache_beam.io.filesystems import FileSystems
 # none checks in within --worker_start_timeout, something is wrong with how they start.
 _QUICK_ENVIRONMENTS = ("EXTERNAL", "PROCESS", "LOOPBACK", "DOCKER")
 DEFAULT_START_TIMEOUT = 120.0
+# On a job server (Flink), a worker that dies before it connects holds its tasks for Beam's own
+# 3 minutes, then Flink restarts the job with new workers (measured: done after 275 s). The
+# watch must not fail a job that Flink is about to recover, so it waits longer there.
+JOB_SERVER_START_TIMEOUT = 600.0
+SUBMIT_GRACE = 60.0  # the job server translates a job for seconds (more on a loaded machine) before Flink has it
 _CHECKED_IN = set()
 _LOCK = threading.Lock()
 
@@ -40,6 +45,95 @@ def embedded_external(options) -> bool:
     portable = options.view_as(PortableOptions)
     runner = str(options.view_as(StandardOptions).runner or "").split(".")[-1]
     return runner == "PortableRunner" and portable.job_endpoint == "embed" and (portable.environment_type or "").upper() == "EXTERNAL"
+
+
+def on_job_server(options) -> bool:
+    """--runner=PortableRunner with a --job_endpoint of a job server (Flink's), not the embedded one."""
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+
+    runner = str(options.view_as(StandardOptions).runner or "").split(".")[-1]
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    return runner == "PortableRunner" and bool(endpoint) and endpoint != "embed"
+
+
+def check_job_server(options) -> None:
+    """Fail within seconds, in one line, when no job server or no Flink answers at the given address."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    from beam_etl import flinkrest
+
+    if not on_job_server(options):
+        return
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    host, _, port = endpoint.rpartition(":")
+    try:
+        socket.create_connection((host or "localhost", int(port)), timeout=3.0).close()
+    except (OSError, ValueError) as e:
+        raise ValueError(f"no job server at --job_endpoint={endpoint} ({getattr(e, 'strerror', None) or e}); "
+                         "start a local Flink with `beam-etl flink up` and pass the flags it prints") from None
+    base = flinkrest.master(options)
+    if base is None:
+        return
+    try:
+        overview = flinkrest.check(base)
+    except flinkrest.Unreachable as e:
+        raise ValueError(f"no Flink cluster at --flink_master ({e}); start one with `beam-etl flink up`, "
+                         "or pass the address of its REST API") from None
+    if not overview.get("slots-total"):
+        raise ValueError(f"the Flink cluster at {base} has no TaskManager (0 slots); start one, or "
+                         "`beam-etl flink down` and `up` again")
+
+
+def name_job(options) -> str:
+    """A name unique to this run, so that the job can be found on the cluster (and cancelled)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    cloud = options.view_as(GoogleCloudOptions)
+    if not cloud.job_name:
+        cloud.job_name = f"beam-etl-convert-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+    return cloud.job_name
+
+
+def stop_on_cluster(result, options) -> str:
+    """Cancel the job this launcher submitted, where it still runs; '' when nothing was running."""
+    from beam_etl import flinkrest
+
+    if not on_job_server(options):
+        return ""
+    ended = _ended(result)  # the job server's invocation ended: whatever reached Flink is there now
+    _cancel(result)  # the job service's cancel: it stops the job server's wait, not the Flink job
+    base, name = flinkrest.master(options), name_job(options)
+    if base is None:
+        return "" if result is None else "cancelled through the job server (pass --flink_master to cancel it on the cluster too)"
+    # A job the job server is still translating reaches Flink seconds later: wait for it a while.
+    deadline = time.monotonic() + (0.0 if result is None or ended else SUBMIT_GRACE)
+    while True:
+        try:
+            cancelled = flinkrest.cancel_named(base, name)
+        except flinkrest.Unreachable as e:
+            return f"could not cancel job {name} on the cluster ({e}): cancel it in Flink's web UI"
+        if cancelled or time.monotonic() > deadline or _reached_cluster(base, name):
+            break
+        time.sleep(0.5)
+    if not cancelled:
+        return ""
+    return f"cancelled Flink job {', '.join(jid for jid, _ in cancelled)} ({name}) on the cluster at {base}"
+
+
+def _ended(result) -> bool:
+    from apache_beam.runners.runner import PipelineState
+
+    try:
+        return result is not None and PipelineState.is_terminal(result.state)
+    except Exception:  # noqa: BLE001 - the job service may be gone: then nothing more reaches Flink
+        return True
+
+
+def _reached_cluster(base: str, name: str) -> bool:
+    """The job is on the cluster already (and has ended, since nothing was left to cancel)."""
+    from beam_etl import flinkrest
+
+    return bool(flinkrest.jobs_named(base, name))
 
 
 def external_workers(options) -> int:
@@ -124,7 +218,7 @@ def describe_embedded(options) -> str:
 
 
 def start_timeout(options, value: str) -> float:
-    """--worker_start_timeout in seconds; 0 waits forever. auto: 120 s where workers start in seconds."""
+    """--worker_start_timeout in seconds; 0 waits forever. auto: 120 s where workers start in seconds (600 on a job server)."""
     from apache_beam.options.pipeline_options import PortableOptions
 
     from beam_etl import progress
@@ -140,6 +234,8 @@ def start_timeout(options, value: str) -> float:
     if progress.is_direct(options):
         return 0.0  # its workers are threads or children of this process
     environment = (options.view_as(PortableOptions).environment_type or "").upper()
+    if on_job_server(options) and environment in _QUICK_ENVIRONMENTS:
+        return JOB_SERVER_START_TIMEOUT
     # Dataflow boots VMs and pulls images for minutes, and fails a job whose workers never start itself.
     return DEFAULT_START_TIMEOUT if environment in _QUICK_ENVIRONMENTS else 0.0
 

@@ -1,0 +1,225 @@
+"""`beam-etl convert` on a real Flink 1.19 cluster, started by `beam-etl flink up` (beam_etl/flink.py).
+
+One cluster for the module: JobManager, TaskManager with 2 slots, Beam's Flink job server and
+the SDK worker pool, all on 127.0.0.1. Conversions run at parallelism 2 and are compared with
+the DirectRunner's conversion of the same inputs; faults are real kills of real processes.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from beam_etl import flink, flinkrest, runners
+from tests.conftest import ROOT, run_convert
+from tests.test_convert_e2e import read_records
+from tests.test_faults import records_by_split
+
+FLAGS = ["--channels", "1", "--image_format", "png", "--validation_fraction", "0.1", "--dedup",
+         "--num_shards", "train=3,validation=2", "--max_reject_fraction", "0.2"]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+
+
+def _beam_etl(*args, check=True, timeout=900):
+    proc = subprocess.run([sys.executable, "-m", "beam_etl", *map(str, args)], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"beam-etl {args[:2]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """`beam-etl flink up` as a user runs it; `down` at the end must leave nothing running."""
+    folder = tmp_path_factory.mktemp("flink")
+    up = _beam_etl("flink", "up", "--dir", folder, "--any_ports", timeout=600)
+    started = flink.load(str(folder))
+    started.flags_printed = up.stdout.split()
+    try:
+        yield started
+    finally:
+        down = _beam_etl("flink", "down", "--dir", folder, check=False)
+        after = flink.load(str(folder))
+        assert down.returncode == 0, down.stderr
+        assert after.running() == [], after.running()
+        assert not _pool_children(after), "SDK workers outlived `flink down`"
+
+
+def _pool_children(cluster) -> list:
+    """Live processes whose parent is the worker pool: the SDK workers it started."""
+    pool = str(cluster.pid("workerpool"))
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == pool and fields[0] != "Z":
+                children.append(int(entry))
+    return children
+
+
+@pytest.fixture(scope="module")
+def digits(mnist_folder, tmp_path_factory):
+    """600 real digits (60 a class), 3 exact copies, 2 broken files; and the DirectRunner's conversion."""
+    root = tmp_path_factory.mktemp("flink_src") / "digits"
+    for label in sorted(os.listdir(mnist_folder)):
+        os.makedirs(root / label)
+        for name in sorted(os.listdir(mnist_folder / label))[:60]:
+            shutil.copy(mnist_folder / label / name, root / label / name)
+    for label in ("3", "5", "7"):
+        first = sorted(os.listdir(root / label))[0]
+        shutil.copy(root / label / first, root / label / f"copy-{first}")
+    (root / "4" / "truncated.png").write_bytes((root / "4" / sorted(os.listdir(root / "4"))[0]).read_bytes()[:60])
+    (root / "8" / "notes.png").write_bytes(b"not an image at all")
+    direct = tmp_path_factory.mktemp("flink_direct") / "ds"
+    run_convert("--input", root, "--output", direct, *FLAGS)
+    return root, direct
+
+
+def _rejects(out):
+    return sorted((r["key"], r["reason"]) for r in map(json.loads, (out / "rejected.jsonl").read_text().splitlines()))
+
+
+def _assert_same_dataset(out, direct):
+    mine, theirs = (json.loads((d / "dataset.json").read_text()) for d in (out, direct))
+    assert records_by_split(out) == records_by_split(direct)
+    assert _rejects(out) == _rejects(direct) and mine["rejected"] == theirs["rejected"]
+    assert mine["duplicates"] == theirs["duplicates"] and mine["inputs"] == theirs["inputs"]
+    for split, info in theirs["splits"].items():
+        assert mine["splits"][split]["label_counts"] == info["label_counts"]
+        assert len(mine["splits"][split]["shards"]) == len(info["shards"])
+    assert mine["statistics"]["label_vocabulary"] == theirs["statistics"]["label_vocabulary"]
+    assert (out / "transform_fn" / "saved_model.pb").exists()
+    assert not [p.name for p in out.iterdir() if p.name.startswith((".staging-", "beam-temp-", "tft_tmp"))]
+    return mine
+
+
+def test_up_prints_the_flags_that_convert_needs(cluster):
+    flags = cluster.flags_printed
+    assert flags == cluster.flags()
+    assert "--runner=PortableRunner" in flags and "--environment_type=EXTERNAL" in flags and "--parallelism=2" in flags
+    overview = flinkrest.check(cluster.rest)
+    assert overview["taskmanagers"] == 1 and overview["slots-total"] == 2, overview
+    assert overview["flink-version"] == flink.FLINK_VERSION
+    # The pool runs templates/flink's sidecar command, and its workers get this interpreter.
+    from tests.worker_pool import sidecar_command
+
+    assert sidecar_command()[1:3] == flink.WORKER_POOL
+    status = _beam_etl("flink", "status", "--dir", cluster.folder)
+    assert status.stdout.split() == flags and "workerpool: running" in status.stderr
+
+
+def test_jars_are_pinned_and_checked(cluster):
+    lock = flink._lock()
+    assert len(lock) > 100 and f"{flink.BEAM_RUNNER[1]}-{flink.BEAM_RUNNER[2]}.jar" in lock
+    home = flink.job_server_home()
+    for name, digest in lock.items():  # what the cluster runs is what the lock names
+        assert flink._sha256(os.path.join(home, name)) == digest, name
+
+
+@pytest.mark.parametrize("writer", ["tfrecordio", "staged"])
+def test_flink_writes_what_the_direct_runner_writes(writer, cluster, digits, tmp_path):
+    root, direct = digits
+    out = tmp_path / "ds"
+    proc = _beam_etl("convert", "--input", root, "--output", out, *FLAGS, "--writer", writer, *cluster.flags())
+    assert "submitted to PortableRunner" in proc.stderr
+    document = _assert_same_dataset(out, direct)
+    assert document["rejected"]["by_reason"] == {"duplicate": 3, "not_an_image": 1, "truncated": 1}
+    assert document["duplicates"]["removed"] == 3 and document["inputs"] == 605
+    assert document["worker_processes"] >= 2, document["worker_processes"]  # two SDK workers took part
+    jobs = [j for j in flinkrest._call(cluster.rest + "/jobs/overview")["jobs"] if j["state"] == "FINISHED"]
+    assert jobs, "no finished job on the cluster"
+
+
+def test_a_manifest_converts_on_flink(cluster, digits, tmp_path):
+    root, _ = digits
+    manifest = tmp_path / "manifest.csv"
+    lines = ["path,label,split"]
+    for i, label in enumerate(sorted(os.listdir(root))):
+        for j, name in enumerate(sorted(os.listdir(root / label))[:20]):
+            lines.append(f"{root / label / name},{label},{'validation' if j % 5 == 0 else 'train'}")
+    manifest.write_text("\n".join(lines) + "\n")
+    direct, out = tmp_path / "direct", tmp_path / "flink"
+    args = ["--input", manifest, "--channels", "1", "--num_shards", "2", "--max_reject_fraction", "0.2"]
+    run_convert(*args, "--output", direct)
+    _beam_etl("convert", *args, "--output", out, *cluster.flags())
+    _assert_same_dataset(out, direct)
+
+
+def test_no_job_server_or_no_cluster_fails_in_one_line_within_seconds(cluster, digits, tmp_path):
+    root, _ = digits
+    dead = str(flink.free_port())
+    cases = {
+        "no job server": [f"--job_endpoint=127.0.0.1:{dead}"],
+        "no cluster": [f"--job_endpoint=127.0.0.1:{cluster.ports['job']}", f"--flink_master=127.0.0.1:{dead}"],
+    }
+    for case, endpoint in cases.items():
+        flags = [f for f in cluster.flags() if not f.startswith(("--job_endpoint", "--flink_master"))] + endpoint
+        # Beam alone retries for minutes; the subprocess timeout is the guard against that.
+        proc = _beam_etl("convert", "--input", root, "--output", tmp_path / "ds", *FLAGS, *flags, check=False, timeout=120)
+        assert proc.returncode == 2, (case, proc.stderr[-2000:])
+        lines = proc.stderr.strip().splitlines()
+        assert lines[-1].startswith("beam-etl: error: no ") and dead in lines[-1], (case, lines[-1])
+        assert "Traceback" not in proc.stderr
+
+
+def _running_job(cluster, timeout=300):
+    """The first job that runs on the cluster now, once it runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [j for j in flinkrest._call(cluster.rest + "/jobs/overview")["jobs"] if j["state"] == "RUNNING"]
+        if running:
+            return running[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no job ran on the cluster within {timeout} s")
+
+
+def _wait_ended(cluster, jid, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = flinkrest.job(cluster.rest, jid)["state"]
+        if state in ("CANCELED", "FAILED", "FINISHED"):
+            return state
+        time.sleep(0.2)
+    return state
+
+
+def test_ctrl_c_and_the_start_watch_cancel_the_job_on_the_cluster(cluster, digits, tmp_path):
+    root, _ = digits
+    # Ctrl-C while the job runs: the launcher cancels it on the cluster, in one line.
+    out = tmp_path / "ds"
+    args = ["convert", "--input", root, "--output", out, *FLAGS, *cluster.flags()]
+    proc = subprocess.Popen([sys.executable, "-m", "beam_etl", *map(str, args)], env=_env(), cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        job = _running_job(cluster)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    line = stderr.strip().splitlines()[-1]
+    assert line == f"beam-etl: interrupted; cancelled Flink job {job['jid']} ({job['name']}) on the cluster at {cluster.rest}", line
+    assert _wait_ended(cluster, job["jid"]) == "CANCELED"
+    assert not (out / "dataset.json").exists()
+    # The start watch fires (no worker can check in within 1 s): the command fails, and so does the job.
+    proc = _beam_etl("convert", "--input", root, "--output", out, *FLAGS, *cluster.flags(), "--worker_start_timeout", "1", check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("beam-etl: conversion failed: no SDK worker ran a bundle within 1 s"), line
+    assert "; cancelled Flink job " in line, line
+    jid = line.split("; cancelled Flink job ")[1].split()[0]
+    assert _wait_ended(cluster, jid) == "CANCELED"
+    assert not (out / "dataset.json").exists()
