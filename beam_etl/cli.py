@@ -39,7 +39,7 @@ def _convert_parser(sub):
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
     p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--reads_in_flight", type=int, default=16, help="reads kept ahead of the decode in each worker, so an object store's 10-50 ms per request overlaps other work; 1 reads one image at a time")
-    p.add_argument("--worker_start_timeout", default="auto", help="seconds to wait for the first SDK worker process to run a bundle before failing the job; auto: 120 for EXTERNAL, PROCESS, LOOPBACK and DOCKER environments (Flink, a worker pool), off on the DirectRunner and Dataflow; 0 waits forever")
+    p.add_argument("--worker_start_timeout", default="auto", help="seconds to wait for the first SDK worker process to run a bundle before failing the job; auto: 120 for EXTERNAL, PROCESS, LOOPBACK and DOCKER environments (a worker pool), 600 on a job server (Flink: longer than Flink takes to restart a job whose worker died), off on the DirectRunner and Dataflow; 0 waits forever")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
     p.add_argument("--progress_interval", type=float, default=0.0, help="seconds between progress reports; default 0.5 for the bar, 10 for log lines")
     return p

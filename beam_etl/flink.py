@@ -33,7 +33,7 @@ FLINK_JARS = (f"flink-dist-{FLINK_VERSION}.jar", "log4j-1.2-api-2.17.1.jar", "lo
 BEAM_RUNNER = ("org.apache.beam", "beam-runners-flink-1.19", "2.62.0")
 JOB_SERVER_LOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "flink_jobserver.lock")
 JOB_SERVER_MAIN = "org.apache.beam.runners.flink.FlinkJobServerDriver"
-WORKER_POOL = ["-m", "apache_beam.runners.worker.worker_pool_main"]  # templates/flink's sidecar
+WORKER_POOL = ["-m", "beam_etl.sdk_pool"]  # templates/flink's sidecar: Beam's pool, restarting early deaths
 
 # Flink's env.java.opts.all default for Java 17 (its conf/config.yaml): the modules it reflects into.
 JAVA_OPENS = (

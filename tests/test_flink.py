@@ -28,9 +28,9 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
 
 
-def _beam_etl(*args, check=True, timeout=900):
+def _beam_etl(*args, check=True, timeout=900, env=None):
     proc = subprocess.run([sys.executable, "-m", "beam_etl", *map(str, args)], capture_output=True, text=True,
-                          env=_env(), cwd=ROOT, timeout=timeout)
+                          env=env or _env(), cwd=ROOT, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"beam-etl {args[:2]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return proc
@@ -40,7 +40,10 @@ def _beam_etl(*args, check=True, timeout=900):
 def cluster(tmp_path_factory):
     """`beam-etl flink up` as a user runs it; `down` at the end must leave nothing running."""
     folder = tmp_path_factory.mktemp("flink")
-    up = _beam_etl("flink", "up", "--dir", folder, "--any_ports", timeout=600)
+    # The SDK workers keep each shard open 2 s longer (tests/slow_shards), so a kill lands mid-write.
+    env = dict(_env(), PYTHONPATH=os.path.join(ROOT, "tests", "slow_shards") + os.pathsep + ROOT,
+               BEAM_ETL_TEST_SHARD_PAUSE="2")
+    up = _beam_etl("flink", "up", "--dir", folder, "--any_ports", timeout=600, env=env)
     started = flink.load(str(folder))
     started.flags_printed = up.stdout.split()
     try:
@@ -223,3 +226,128 @@ def test_ctrl_c_and_the_start_watch_cancel_the_job_on_the_cluster(cluster, digit
     jid = line.split("; cancelled Flink job ")[1].split()[0]
     assert _wait_ended(cluster, jid) == "CANCELED"
     assert not (out / "dataset.json").exists()
+
+
+def _staging_dirs(out):
+    return [p for p in out.iterdir() if p.name.startswith(".staging-")] if out.exists() else []
+
+
+def _checked_in(out) -> list:
+    """The SDK worker processes (host-pid) that have run a bundle of this job."""
+    names = []
+    for staging in _staging_dirs(out):
+        try:
+            names += runners.checked_in(runners.checkin_folder(str(staging)))
+        except OSError:
+            continue
+    return names
+
+
+def _sdk_worker_pids(cluster, out, seen):
+    """Kill an SDK worker early: one the pool started just now, before it can have connected."""
+    return [pid for pid in _pool_children(cluster) if pid not in seen]
+
+
+def _mid_encode(cluster, out, seen):
+    """A worker that has run bundles (its data connection open), while both encode."""
+    names = _checked_in(out)
+    return [int(n.rsplit("-", 1)[1]) for n in names[-1:]] if len(names) >= 2 else []
+
+
+def _mid_shard_pass(cluster, out, seen):
+    """The worker that has a shard open: tests/slow_shards keeps each one open a while."""
+    writing = {str(f) for staging in _staging_dirs(out) for f in (staging / "shards").rglob("*.writing")}
+    holders = []
+    for pid in _pool_children(cluster) if writing else []:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in writing:
+                    holders.append(pid)
+                    break
+            except OSError:
+                continue
+    return holders
+
+
+def _kill_while_converting(cluster, args, out, condition, log_path, kill=None, timeout=900):
+    """Run convert; SIGKILL the first process `condition` names; return (proc, pid killed, seconds)."""
+    seen = set(_pool_children(cluster))
+    log = open(log_path, "w+")  # a file, not a pipe: a full pipe would stall the launcher
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "beam_etl", *map(str, args)], env=_env(), cwd=ROOT,
+                            stdout=log, stderr=log, start_new_session=True)
+    killed = None
+    try:
+        while proc.poll() is None and killed is None and time.monotonic() - started < timeout:
+            for pid in condition(cluster, out, seen):
+                try:
+                    (kill or (lambda p: os.kill(p, signal.SIGKILL)))(pid)
+                    killed = pid
+                    break
+                except ProcessLookupError:
+                    continue
+            time.sleep(0.01)
+        proc.wait(timeout=max(1, timeout - (time.monotonic() - started)))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log.seek(0)
+    proc.output = log.read()
+    return proc, killed, time.monotonic() - started
+
+
+KILLS = {
+    # point: (writer, condition)
+    "sdk_worker_before_it_connected": ("tfrecordio", _sdk_worker_pids),
+    "sdk_worker_mid_encode": ("tfrecordio", _mid_encode),
+    "sdk_worker_in_the_shard_pass": ("staged", _mid_shard_pass),
+}
+
+
+@pytest.mark.parametrize("point", sorted(KILLS))
+def test_a_killed_sdk_worker_is_recovered_by_flink(point, cluster, digits, tmp_path):
+    """Flink restarts the job with new SDK workers; every image is written exactly once."""
+    root, direct = digits
+    writer, condition = KILLS[point]
+    out = tmp_path / "ds"
+    args = ["convert", "--input", root, "--output", out, *FLAGS, "--writer", writer, *cluster.flags()]
+    proc, killed, seconds = _kill_while_converting(cluster, args, out, condition, tmp_path / "convert.log")
+    assert killed, f"no SDK worker was seen at {point}: the job ended first ({proc.returncode})\n{proc.output[-2000:]}"
+    assert proc.returncode == 0, proc.output[-3000:]
+    print(f"{point}: killed pid {killed}, the job finished after {seconds:.0f} s")
+    _assert_same_dataset(out, direct)
+    restarts = flinkrest.job(cluster.rest, _last_job(cluster)["jid"]).get("status-counts", {})
+    assert _last_job(cluster)["state"] == "FINISHED", restarts
+
+
+def _last_job(cluster):
+    jobs = flinkrest._call(cluster.rest + "/jobs/overview")["jobs"]
+    return max(jobs, key=lambda j: j["start-time"])
+
+
+def test_a_killed_taskmanager_is_replaced_and_the_job_completes(cluster, digits, tmp_path):
+    """The TaskManager dies mid-encode; a new one starts; the job restarts on it, or fails in one line
+    with nothing published, and the same command then completes."""
+    root, direct = digits
+    out = tmp_path / "ds"
+    args = ["convert", "--input", root, "--output", out, *FLAGS, *cluster.flags()]
+
+    def kill_taskmanager(_worker):
+        os.killpg(cluster.pid("taskmanager"), signal.SIGKILL)  # the JVM and what it forked
+        cluster.start_taskmanager()
+
+    proc, killed, seconds = _kill_while_converting(cluster, args, out, _mid_encode, tmp_path / "convert.log",
+                                                    kill=kill_taskmanager)
+    assert killed, f"the job ended before the kill ({proc.returncode})\n{proc.output[-2000:]}"
+    print(f"taskmanager killed: convert exited {proc.returncode} after {seconds:.0f} s")
+    if proc.returncode != 0:
+        line = proc.output.strip().splitlines()[-1]
+        assert line.startswith("beam-etl: conversion failed: "), line
+        assert not (out / "dataset.json").exists()
+        _beam_etl(*args)
+    _assert_same_dataset(out, direct)

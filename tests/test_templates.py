@@ -347,13 +347,36 @@ def test_flink_manifests_wire_job_server_worker_pool_and_launcher():
     pods = [d["spec"]["template"]["spec"] for d in load_yaml(os.path.join(flink, "flink-session-cluster.yaml")) if d["kind"] == "Deployment"]
     (taskmanager,) = [p for p in pods if any(c["name"] == "taskmanager" for c in p["containers"])]
     (pool,) = [c for c in taskmanager["containers"] if c["name"] == "beam-worker-pool"]
-    assert pool["command"] == ["python", "-m", "apache_beam.runners.worker.worker_pool_main"]
+    assert pool["command"] == ["python", "-m", "beam_etl.sdk_pool"]
     (port,) = [int(a.split("=")[1]) for a in pool["args"] if a.startswith("--service_port=")]
     assert pool["ports"][0]["containerPort"] == pool["livenessProbe"]["tcpSocket"]["port"] == port
     launcher = _flags(_pod(os.path.join(flink, "convert-job.yaml"))["containers"][0])
     assert launcher["--environment_type"] == "EXTERNAL" and launcher["--environment_config"] == f"localhost:{port}"
     host, port = launcher["--job_endpoint"].split(":")
     assert int(port) in [p["port"] for p in services[host]["spec"]["ports"]]
+
+
+def test_flink_templates_carry_what_the_local_cluster_proved():
+    """The same Flink minor version as `beam-etl flink up`, and the settings its tests need."""
+    import yaml
+
+    from beam_etl import flink
+
+    folder = os.path.join(TEMPLATES, "flink")
+    docs = load_yaml(os.path.join(folder, "flink-session-cluster.yaml"))
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    minor = flink.FLINK_VERSION.rsplit(".", 1)[0]
+    images = [c["image"] for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+              if c["image"].startswith("flink:")]
+    assert len(images) == 2 and all(i.startswith(f"flink:{minor}.") for i in images), images
+    job_server = _pod(os.path.join(folder, "beam-job-server.yaml"), kind="Deployment")["containers"][0]["image"]
+    assert job_server.startswith(f"apache/beam_flink{minor}_job_server:"), job_server
+    proven = [k for k in flink.CONFIG if k.startswith(("restart-strategy", "jobmanager.execution", "taskmanager.memory.network", "taskmanager.network"))]
+    assert len(proven) == 7
+    assert {k: str(config[k]) for k in proven} == {k: flink.CONFIG[k] for k in proven}
+    launcher = _flags(_pod(os.path.join(folder, "convert-job.yaml"))["containers"][0])
+    assert launcher["--flink_master"] == "flink-jobmanager:8081" and int(launcher["--parallelism"]) == config["parallelism.default"]
 
 
 def test_flink_launcher_flags_are_beam_options_and_the_graph_builds(tmp_path):
