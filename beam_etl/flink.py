@@ -19,7 +19,6 @@ import sys
 import tarfile
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 FLINK_VERSION = "1.19.3"
@@ -48,7 +47,7 @@ JAVA_OPENS = (
     "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED"
 ).split()
 
-# What a convert needs of the cluster (measured; ../shared/README.md and docs/BENCHMARKS.md):
+# What a convert needs of the cluster (measured; docs/BENCHMARKS.md):
 # - about 190 vertices deploy at once, so network memory of 512 MB and 64 sort-shuffle buffers
 #   (128 MB failed: "Insufficient number of network buffers: required 512, but only 410 available");
 # - a batch job restarts only with a restart strategy in the cluster's config, and only a full
@@ -56,9 +55,13 @@ JAVA_OPENS = (
 #   its attempts in 0.4 s on the same dead worker).
 CONFIG = {
     "jobmanager.memory.process.size": "1024m",
-    "taskmanager.memory.process.size": "3072m",
+    "taskmanager.memory.process.size": "4096m",
     "taskmanager.memory.network.min": "512m",
     "taskmanager.memory.network.max": "512m",
+    # Beam's data plane to the SDK workers is gRPC on Netty's direct buffers, outside Flink's
+    # network memory: a shard's group of 2,000 photos failed with "OutOfMemoryError: Direct
+    # buffer memory" at the default of 0 (measured, bench/flink_bench.py).
+    "taskmanager.memory.task.off-heap.size": "768m",
     "taskmanager.memory.managed.fraction": "0.2",
     "taskmanager.network.sort-shuffle.min-buffers": "64",
     "restart-strategy.type": "fixed-delay",

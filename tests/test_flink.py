@@ -17,8 +17,8 @@ import pytest
 
 from beam_etl import flink, flinkrest, runners
 from tests.conftest import ROOT, run_convert
-from tests.test_convert_e2e import read_records
 from tests.test_faults import records_by_split
+from tests.worker_pool import children
 
 FLAGS = ["--channels", "1", "--image_format", "png", "--validation_fraction", "0.1", "--dedup",
          "--num_shards", "train=3,validation=2", "--max_reject_fraction", "0.2"]
@@ -57,19 +57,8 @@ def cluster(tmp_path_factory):
 
 
 def _pool_children(cluster) -> list:
-    """Live processes whose parent is the worker pool: the SDK workers it started."""
-    pool = str(cluster.pid("workerpool"))
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == pool and fields[0] != "Z":
-                children.append(int(entry))
-    return children
+    """The SDK workers that the cluster's pool started and that still run."""
+    return children(cluster.pid("workerpool"))
 
 
 @pytest.fixture(scope="module")

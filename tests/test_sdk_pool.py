@@ -11,21 +11,7 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, e
 
 from tests.conftest import ROOT
 from tests.objstore_servers import _wait_for_port, free_port
-
-
-def _children(pid: int) -> list:
-    """Live child processes of `pid`: the SDK workers the pool started."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == str(pid) and fields[0] != "Z":
-                found.append(int(entry))
-    return found
+from tests.worker_pool import children
 
 
 def _wait_for(condition, what, timeout=60):
@@ -51,17 +37,17 @@ def test_a_killed_worker_is_started_again_until_the_runner_stops_it(tmp_path):
         request = beam_fn_api_pb2.StartWorkerRequest(
             worker_id="w-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
         assert not stub.StartWorker(request).error
-        (first,) = _wait_for(lambda: _children(pool.pid), "the worker")
+        (first,) = _wait_for(lambda: children(pool.pid), "the worker")
         os.kill(first, signal.SIGKILL)
-        (second,) = _wait_for(lambda: [p for p in _children(pool.pid) if p != first], "a second worker")
+        (second,) = _wait_for(lambda: [p for p in children(pool.pid) if p != first], "a second worker")
         assert "SDK worker w-1 died by signal 9; starting it again under the same id" in (tmp_path / "pool.log").read_text()
         with open(f"/proc/{second}/cmdline", "rb") as f:
             assert b'worker_id="w-1"' in f.read()  # the id the TaskManager waits for
         # Once the runner stops the worker, its end is expected: nothing starts again.
         assert not stub.StopWorker(beam_fn_api_pb2.StopWorkerRequest(worker_id="w-1")).error
-        _wait_for(lambda: not _children(pool.pid), "the stopped worker to exit")
+        _wait_for(lambda: not children(pool.pid), "the stopped worker to exit")
         time.sleep(1.0)
-        assert _children(pool.pid) == []
+        assert children(pool.pid) == []
         assert (tmp_path / "pool.log").read_text().count("starting it again") == 1
     finally:
         os.killpg(pool.pid, signal.SIGKILL)

@@ -372,8 +372,9 @@ def test_flink_templates_carry_what_the_local_cluster_proved():
     assert len(images) == 2 and all(i.startswith(f"flink:{minor}.") for i in images), images
     job_server = _pod(os.path.join(folder, "beam-job-server.yaml"), kind="Deployment")["containers"][0]["image"]
     assert job_server.startswith(f"apache/beam_flink{minor}_job_server:"), job_server
-    proven = [k for k in flink.CONFIG if k.startswith(("restart-strategy", "jobmanager.execution", "taskmanager.memory.network", "taskmanager.network"))]
-    assert len(proven) == 7
+    proven = [k for k in flink.CONFIG if k.startswith(("restart-strategy", "jobmanager.execution", "taskmanager.memory.network",
+                                                        "taskmanager.network", "taskmanager.memory.task.off-heap"))]
+    assert len(proven) == 8
     assert {k: str(config[k]) for k in proven} == {k: flink.CONFIG[k] for k in proven}
     launcher = _flags(_pod(os.path.join(folder, "convert-job.yaml"))["containers"][0])
     assert launcher["--flink_master"] == "flink-jobmanager:8081" and int(launcher["--parallelism"]) == config["parallelism.default"]

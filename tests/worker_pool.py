@@ -30,6 +30,21 @@ def sidecar_command() -> list:
     raise AssertionError(f"no {SIDECAR} container in templates/flink")
 
 
+def children(pid: int) -> list:
+    """Live child processes of `pid` (a pool's: the SDK workers it started), from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == str(pid) and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
 class WorkerPool:
     def __init__(self, folder, env: dict, broken: bool = False):
         self.port = free_port()

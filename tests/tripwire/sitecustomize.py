@@ -2,12 +2,8 @@
 lookup with retries (the ~25 s stall). Writes 'armed PID' when the tripwire is set in a process and
 'entered PID' on each call, to the file named by $BEAM_ETL_TRIPWIRE_LOG."""
 
-import importlib.abc
-import importlib.util
 import os
-import sys
 
-_TARGET = "apache_beam.internal.gcp.auth"
 _LOG = os.environ.get("BEAM_ETL_TRIPWIRE_LOG")
 
 
@@ -16,28 +12,18 @@ def _note(what: str) -> None:
         f.write(f"{what} {os.getpid()}\n")
 
 
-class _ArmOnImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run_module = spec.loader.exec_module
+def _arm(module) -> None:
+    real = module._Credentials._get_credentials_with_retrys
 
-        def exec_module(module):
-            run_module(module)
-            real = module._Credentials._get_credentials_with_retrys
+    def counted(*args, **kwargs):
+        _note("entered")
+        return real(*args, **kwargs)
 
-            def counted(*args, **kwargs):
-                _note("entered")
-                return real(*args, **kwargs)
-
-            module._Credentials._get_credentials_with_retrys = staticmethod(counted)
-            _note("armed")
-
-        spec.loader.exec_module = exec_module
-        return spec
+    module._Credentials._get_credentials_with_retrys = staticmethod(counted)
+    _note("armed")
 
 
 if _LOG:
-    sys.meta_path.insert(0, _ArmOnImport())
+    from tests.import_hook import on_import  # PYTHONPATH has the checkout too
+
+    on_import("apache_beam.internal.gcp.auth", _arm)
