@@ -22,7 +22,10 @@ DEFAULT_START_TIMEOUT = 120.0
 # 3 minutes, then Flink restarts the job with new workers (measured: done after 275 s). The
 # watch must not fail a job that Flink is about to recover, so it waits longer there.
 JOB_SERVER_START_TIMEOUT = 600.0
-SUBMIT_GRACE = 60.0  # the job server translates a job for seconds (more on a loaded machine) before Flink has it
+# The job server translates a job for seconds (tens on a loaded machine) before Flink has it,
+# and a cancel through the job service does not stop that: measured, a job cancelled there 1 s
+# after its submission reached Flink later, ran to the end and published.
+SUBMIT_GRACE = 120.0
 _CHECKED_IN = set()
 _LOCK = threading.Lock()
 
@@ -100,7 +103,7 @@ def stop_on_cluster(result, options) -> str:
 
     if not on_job_server(options):
         return ""
-    ended = _ended(result)  # the job server's invocation ended: whatever reached Flink is there now
+    ended = _failed(result)  # the job server gave up on it: nothing more reaches Flink
     _cancel(result)  # the job service's cancel: it stops the job server's wait, not the Flink job
     base, name = flinkrest.master(options), name_job(options)
     if base is None:
@@ -120,12 +123,13 @@ def stop_on_cluster(result, options) -> str:
     return f"cancelled Flink job {', '.join(jid for jid, _ in cancelled)} ({name}) on the cluster at {base}"
 
 
-def _ended(result) -> bool:
+def _failed(result) -> bool:
+    """The job service says the job failed or finished (a CANCELLED there may still reach Flink)."""
     from apache_beam.runners.runner import PipelineState
 
     try:
-        return result is not None and PipelineState.is_terminal(result.state)
-    except Exception:  # noqa: BLE001 - the job service may be gone: then nothing more reaches Flink
+        return result is not None and result.state in (PipelineState.DONE, PipelineState.FAILED)
+    except Exception:  # noqa: BLE001 - the job service is gone: then nothing more reaches Flink
         return True
 
 

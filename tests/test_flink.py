@@ -244,21 +244,22 @@ def _mid_encode(cluster, out, seen):
 
 
 def _mid_shard_pass(cluster, out, seen):
-    """The worker that has a shard open: tests/slow_shards keeps each one open a while."""
-    writing = {str(f) for staging in _staging_dirs(out) for f in (staging / "shards").rglob("*.writing")}
+    """The worker that has a shard open: ours (a .writing file beside it) or WriteToTFRecord's
+    (its temp file in a beam-temp-* folder under shards/); tests/slow_shards keeps them open."""
     holders = []
-    for pid in _pool_children(cluster) if writing else []:
+    for pid in _pool_children(cluster):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in writing:
-                    holders.append(pid)
-                    break
+                path = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
+            if path.startswith(str(out)) and "/shards/" in path and (path.endswith(".writing") or "/beam-temp-" in path):
+                holders.append(pid)
+                break
     return holders
 
 
@@ -295,6 +296,7 @@ KILLS = {
     "sdk_worker_before_it_connected": ("tfrecordio", _sdk_worker_pids),
     "sdk_worker_mid_encode": ("tfrecordio", _mid_encode),
     "sdk_worker_in_the_shard_pass": ("staged", _mid_shard_pass),
+    "sdk_worker_in_writetotfrecord": ("tfrecordio", _mid_shard_pass),
 }
 
 
