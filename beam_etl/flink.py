@@ -19,7 +19,8 @@ import sys
 import tarfile
 import tempfile
 import time
-import urllib.request
+
+from beam_etl import flinkrest
 
 FLINK_VERSION = "1.19.3"
 FLINK_SDIST = "apache-flink-libraries"
@@ -289,30 +290,24 @@ def _pool_python(folder: str) -> str:
     return bin_dir
 
 
-def _start_time(pid: int):
-    """The kernel's start time of `pid` (None when gone): guards `down` against a reused pid."""
+def _stat(pid: int):
+    """The fields of /proc/PID/stat after the command name (None when gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
         return None
 
 
+def _start_time(pid: int):
+    """The kernel's start time of `pid` (None when gone): guards `down` against a reused pid."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
 def _alive(pid: int, started) -> bool:
-    return started is not None and _start_time(pid) == started and not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
-def _get_json(url: str, timeout: float = 3.0):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.loads(response.read())
+    fields = _stat(pid)
+    return started is not None and fields is not None and int(fields[19]) == started and fields[0] != "Z"
 
 
 def _listening(port: int) -> bool:
@@ -378,7 +373,7 @@ class Cluster:
         return [name for name, p in self.state["processes"].items() if _alive(p["pid"], p["started"])]
 
     def overview(self) -> dict:
-        return _get_json(self.rest + "/overview")
+        return flinkrest.check(self.rest)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until the JobManager counts every slot, and the job server and the pool listen."""

@@ -52,14 +52,15 @@ def cancel(base: str, jid: str) -> None:
     _call(f"{base}/jobs/{jid}?mode=cancel", method="PATCH")
 
 
-def cancel_named(base: str, name: str) -> list:
-    """Cancel every job of this name that has not ended; returns [(jid, state before)]."""
+def cancel_named(base: str, name: str) -> tuple:
+    """Cancel every job of this name that has not ended; ([(jid, state before)], whether any was found)."""
+    found = jobs_named(base, name)
     cancelled = []
-    for job in jobs_named(base, name):
+    for job in found:
         if job["state"] in RUNNING_STATES:
             cancel(base, job["jid"])
             cancelled.append((job["jid"], job["state"]))
-    return cancelled
+    return cancelled, bool(found)
 
 
 def job(base: str, jid: str) -> dict:

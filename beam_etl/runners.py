@@ -112,10 +112,10 @@ def stop_on_cluster(result, options) -> str:
     deadline = time.monotonic() + (0.0 if result is None or ended else SUBMIT_GRACE)
     while True:
         try:
-            cancelled = flinkrest.cancel_named(base, name)
+            cancelled, on_cluster = flinkrest.cancel_named(base, name)
         except flinkrest.Unreachable as e:
             return f"could not cancel job {name} on the cluster ({e}): cancel it in Flink's web UI"
-        if cancelled or time.monotonic() > deadline or _reached_cluster(base, name):
+        if cancelled or on_cluster or time.monotonic() > deadline:  # on the cluster and ended: nothing to cancel
             break
         time.sleep(0.5)
     if not cancelled:
@@ -131,13 +131,6 @@ def _failed(result) -> bool:
         return result is not None and result.state in (PipelineState.DONE, PipelineState.FAILED)
     except Exception:  # noqa: BLE001 - the job service is gone: then nothing more reaches Flink
         return True
-
-
-def _reached_cluster(base: str, name: str) -> bool:
-    """The job is on the cluster already (and has ended, since nothing was left to cancel)."""
-    from beam_etl import flinkrest
-
-    return bool(flinkrest.jobs_named(base, name))
 
 
 def external_workers(options) -> int:
