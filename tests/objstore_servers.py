@@ -251,11 +251,26 @@ class TlsProxy(socketserver.ThreadingTCPServer):
 # gcp-storage-emulator serves one request at a time (http.server.HTTPServer). With SDK workers in
 # processes of their own, TF's and Beam's clients in several processes then queued behind one
 # slow request until TF's 61 s stall timeout, again and again (seen: a 2-worker job stuck for 10
-# minutes). The same emulator on http.server's ThreadingHTTPServer serves them side by side.
-THREADED_EMULATOR = (
-    "import sys; from http import server; server.HTTPServer = server.ThreadingHTTPServer; "
-    "from gcp_storage_emulator.__main__ import main; sys.argv[0] = 'gcp-storage-emulator'; sys.exit(main())"
-)
+# minutes). The same emulator on http.server's ThreadingHTTPServer serves them side by side:
+# each kept-alive connection gets a thread. Its storage is not thread-safe, though (it rewrites
+# one JSON of every object's metadata on each change, iterating dicts other threads change),
+# and a request that raised mid-way failed an upload in CI: a resumable upload's last chunk got
+# a 500, the client retried it and got 404 (the session was gone). So the threads take turns
+# at the handler, one lock around each request's handling, and only the socket work overlaps.
+THREADED_EMULATOR = """
+import sys, threading
+from http import server
+server.HTTPServer = server.ThreadingHTTPServer
+from gcp_storage_emulator import server as emulator
+from gcp_storage_emulator.__main__ import main
+lock, handle = threading.Lock(), emulator.Router.handle
+def one_at_a_time(self, method):
+    with lock:
+        return handle(self, method)
+emulator.Router.handle = one_at_a_time
+sys.argv[0] = 'gcp-storage-emulator'
+sys.exit(main())
+"""
 
 
 class GcsServer:
