@@ -1,4 +1,4 @@
-"""Shard counts, names and the plan that cuts staged chunks into balanced shards."""
+"""Shard counts, names, the plan that cuts staged chunks into balanced shards, and the shard writer."""
 
 import hashlib
 import math
@@ -9,7 +9,8 @@ import numpy as np
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
-from beam_etl import localio, tfrecord
+from beam_etl import localio, objstore, tfrecord
+from beam_etl.chunks import read_index
 
 
 def parse_num_shards(text):
@@ -49,94 +50,164 @@ def shard_name(split: str, index: int, count: int, compression: str = "none") ->
     return f"{split}-{index:05d}-of-{count:05d}{suffix(compression)}"
 
 
-def order(chunks):
-    """Chunks [(path, examples)] in the one order every worker agrees on, with each one's first global index."""
-    out, first = [], 0
-    for path, n in sorted(chunks):
-        if n:
-            out.append((path, first, n))
-            first += n
-    return out
+def shard_start(total: int, index: int, count: int) -> int:
+    """Where shard `index` of `count` starts in the split's run of `total` records: ceil(index * total / count)."""
+    return -(-index * total // count)
 
 
 def shard_size(total: int, index: int, count: int) -> int:
-    """How many records shard `index` gets when every count-th record goes to it."""
-    return (total - index + count - 1) // count
+    """How many records shard `index` gets: runs that differ by at most one, the longer ones first."""
+    return shard_start(total, index + 1, count) - shard_start(total, index, count)
 
 
-def read_index(path: str):
-    """A chunk's record offsets, written beside it as little-endian int64."""
-    with FileSystems.open(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return np.frombuffer(f.read(), dtype="<i8")
+MAX_CHUNKS_PER_GROUP = 64  # a shard reads from the chunks of one group (two at its edges)
 
 
-def write_index(path: str, offsets) -> None:
-    with FileSystems.create(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(np.asarray(offsets, dtype="<i8").tobytes())
+def groups(chunks):
+    """Chunks [(path, examples)] in the order every worker agrees on, dealt into groups of at most 64.
 
-
-def locate(chunks, index: int, count: int):
-    """Where the records of shard `index` are: [(chunk path, offset)], every count-th record of the ordered chunks.
-
-    Striding makes every shard a stratified sample of the whole split, whatever order the
-    runner delivered records in (one class per input folder, say), and balances the
-    counts to within one record. Only offsets: nothing of the payloads is read.
+    Dealt by stride over the paths (random names), so each group samples the whole split.
+    Without groups every shard would read a range of every chunk: shards x chunks requests.
     """
-    places = []
-    for path, first, n in order(chunks):
-        offsets = read_index(path)
-        if len(offsets) != n:
-            raise tfrecord.CorruptRecord(f"{path}: index lists {len(offsets)} records, expected {n}")
-        places.extend((path, int(offsets[j])) for j in range((index - first) % count, n, count))
-    return places
+    ordered = [c for c in sorted(chunks) if c[1]]
+    count = max(1, math.ceil(len(ordered) / MAX_CHUNKS_PER_GROUP))
+    return [ordered[r::count] for r in range(count) if ordered[r::count]]
 
 
-class _Reader:
-    """Reads framed records at (chunk, offset), CRCs checked, with a few chunk files kept open."""
+def merged_positions(sizes):
+    """Where each chunk's records fall when chunks of these sizes are merged evenly, each in its order.
 
-    def __init__(self, keep_open: int = 32):
-        self.files, self.keep_open = {}, keep_open  # path -> open file, oldest first
-
-    def framed(self, path: str, offset: int) -> bytes:
-        f = self.files.pop(path, None)
-        if f is None:
-            if len(self.files) >= self.keep_open:
-                self.files.pop(next(iter(self.files))).close()
-            f = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        self.files[path] = f  # now the most recent
-        f.seek(offset)
-        return tfrecord.read_framed(f, path, offset)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for f in self.files.values():
-            f.close()
-        self.files = {}
-
-
-def write_shard(chunks, index: int, count: int, dest: str, compression: str = "none", seed: str = "", keep=None):
-    """Write shard `index` of `count` to `dest`; return (examples, bytes, sha256).
-
-    The records are shuffled within the shard (seeded, so a retry writes the same file) by
-    shuffling their offsets, then copied one at a time: memory holds offsets, not payloads,
-    so it does not grow with the shard size. (The chunks were just written, so on a local
-    disk the reads come from the page cache.) `keep(record)` drops records it is false for
-    (removed duplicates). The caller writes to a temporary name and renames. An uncompressed
-    local shard is written with O_DIRECT (localio: the page cache costs more than the disk).
+    Record k of a chunk of n sits at (k + 0.5) / n of the merged run (ties: the earlier chunk
+    first), so any stretch of the run takes from every chunk in proportion to its size.
     """
-    places = locate(chunks, index, count)
-    random.Random(f"{seed}/{index}/{count}").shuffle(places)
+    keys = np.concatenate([(np.arange(n) + 0.5) / n for n in sizes])
+    rank = np.empty(len(keys), dtype=np.int64)
+    rank[np.argsort(keys, kind="stable")] = np.arange(len(keys))
+    starts = np.cumsum([0, *sizes])
+    return [rank[starts[c]:starts[c + 1]] for c in range(len(sizes))]
+
+
+def plan(chunks, count: int, index_of=None, reads_in_flight: int = 16):
+    """Yield (shard index, [(chunk path, start byte, end byte, examples)]) for each of `count` shards.
+
+    The split is one run: the groups one after another, each group its chunks merged evenly.
+    Shard i takes the stretch [ceil(i*N/count), ceil((i+1)*N/count)) of that run: balanced to within one
+    record, and from each chunk of its group one contiguous range of the chunk's (spread)
+    order, which is one range of bytes. Only offsets are read here: one index per chunk.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    index_of = index_of or read_index
+    total = sum(n for _, n in chunks)
+    bounds = [shard_start(total, i, count) for i in range(count + 1)]
+    shard, ranges, base = 0, [], 0
+    with ThreadPoolExecutor(reads_in_flight) as pool:
+        for group in groups(chunks):
+            sizes = [n for _, n in group]
+            indexes = list(pool.map(index_of, [path for path, _ in group]))
+            for (path, n), offsets in zip(group, indexes):
+                if len(offsets) != n + 1:
+                    raise tfrecord.CorruptRecord(f"{path}: index lists {len(offsets) - 1} records, expected {n}")
+            positions, size, low = merged_positions(sizes), sum(sizes), 0
+            while shard < count:
+                high = min(bounds[shard + 1] - base, size)
+                for (path, _), where, offsets in zip(group, positions, indexes):
+                    a, b = np.searchsorted(where, low), np.searchsorted(where, high)
+                    if b > a:
+                        ranges.append((path, int(offsets[a]), int(offsets[b]), int(b - a)))
+                low = high
+                if bounds[shard + 1] - base > size:
+                    break  # the shard goes on in the next group
+                yield shard, ranges
+                shard, ranges = shard + 1, []
+            base += size
+
+
+READ_BUDGET = 128 << 20  # bytes of read blocks held per shard writer, over all its ranges
+SHUFFLE_BUFFER = 32 << 20  # bytes of records a shard writer shuffles among
+
+
+class _RangeReader:
+    """The framed records in bytes [start, end) of a chunk, fetched a block at a time, CRCs checked."""
+
+    def __init__(self, path: str, start: int, end: int, examples: int, block: int):
+        self.path, self.end, self.left, self.block = path, end, examples, block
+        self.buffer, self.at, self.offset = b"", 0, start  # offset: the chunk's byte at buffer[at]
+
+    def _have(self, wanted: int) -> None:
+        held = len(self.buffer) - self.at
+        if held >= wanted:
+            return
+        begin = self.offset + held
+        stop = min(self.end, begin + max(self.block, wanted - held))
+        data = objstore.read_range(self.path, begin, stop) if stop > begin else b""
+        if held + len(data) < wanted:
+            raise tfrecord.CorruptRecord(f"{self.path}: truncated record at byte {self.offset} (the range ends at {self.end})")
+        self.buffer, self.at = self.buffer[self.at:] + data, 0
+
+    def next(self) -> bytes:
+        if self.left <= 0:
+            raise tfrecord.CorruptRecord(f"{self.path}: more records asked of bytes ..{self.end} than the index lists")
+        self._have(12)
+        length = tfrecord.record_length(self.buffer[self.at:self.at + 12], self.path, self.offset)
+        self._have(length + 16)
+        framed = self.buffer[self.at:self.at + length + 16]
+        tfrecord.check_framed(framed, self.path, self.offset)
+        self.at, self.offset, self.left = self.at + len(framed), self.offset + len(framed), self.left - 1
+        return framed
+
+    def check_done(self) -> None:
+        if self.offset != self.end:
+            raise tfrecord.CorruptRecord(f"{self.path}: its records end at byte {self.offset}, its index says {self.end}")
+
+
+def _shuffled(records, rng: random.Random, capacity: int):
+    """The records in a random order, holding at most `capacity` bytes of them (a shuffle buffer)."""
+    held, size = [], 0
+    for record in records:
+        held.append(record)
+        size += len(record)
+        while size > capacity and held:
+            i = rng.randrange(len(held))
+            held[i], held[-1] = held[-1], held[i]
+            out = held.pop()
+            size -= len(out)
+            yield out
+    rng.shuffle(held)
+    yield from held
+
+
+def _merged(ranges, seed: str):
+    """The records of every range, the ranges interleaved at random (each in its own order)."""
+    block = int(min(16 << 20, max(1 << 20, READ_BUDGET // max(1, len(ranges)))))
+    readers = [_RangeReader(path, start, end, n, block) for path, start, end, n in ranges]
+    picks = np.repeat(np.arange(len(ranges), dtype=np.int64), [n for *_, n in ranges])
+    np.random.default_rng(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "little")).shuffle(picks)
+    for pick in picks:
+        yield readers[pick].next()
+    for reader in readers:
+        reader.check_done()
+
+
+def write_shard(ranges, index: int, count: int, dest: str, compression: str = "none", seed: str = "", keep=None):
+    """Write shard `index` of `count` from its planned byte ranges to `dest`; return (examples, bytes, sha256).
+
+    Each range is read in blocks of megabytes (one request each on a bucket), the ranges
+    interleaved at random and then shuffled in a 32 MB buffer, seeded, so that a retry writes
+    the same file. Memory holds the read blocks and the buffer, whatever the shard's size.
+    `keep(record)` drops records it is false for (removed duplicates). The caller writes to a
+    temporary name and renames. An uncompressed local shard is written with O_DIRECT
+    (localio: the page cache costs more than the disk).
+    """
+    seed = f"{seed}/{index}/{count}"
     ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
     digest, nbytes, examples = hashlib.sha256(), 0, 0
     if compression == "none" and localio.is_local(dest):
         output = localio.DirectWriter(dest)
     else:
         output = FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype)
-    with _Reader() as reader, output as out:
-        for path, offset in places:
-            record = reader.framed(path, offset)
+    with output as out:
+        for record in _shuffled(_merged(ranges, seed), random.Random(seed), SHUFFLE_BUFFER):
             if keep is not None and not keep(record[12:-4]):
                 continue
             out.write(record)
@@ -150,7 +221,7 @@ def write_shard(chunks, index: int, count: int, dest: str, compression: str = "n
 
 def write_task(task, shard_dir: str, compression: str = "none", index: bool = False, schema_name: str = "default", dropped=(),
                filesystem_flags=()) -> dict:
-    """Write one planned shard (split, index, count, chunks) to shard_dir, atomically; returns its description.
+    """Write one planned shard (split, index, count, ranges) to shard_dir, atomically; returns its description.
 
     dropped: keys of removed duplicates (--dedup) to leave out; index: a DALI index beside it;
     filesystem_flags: the Beam flags a pool process needs for a bucket (S3's endpoint and keys).
@@ -159,7 +230,7 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
 
     objstore.configure_for(shard_dir, filesystem_flags)  # once per process
 
-    split, number, count, chunks = task
+    split, number, count, ranges = task
     name = shard_name(split, number, count, compression)
     final = FileSystems.join(shard_dir, name)
     temp = FileSystems.join(shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
@@ -167,7 +238,7 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
     if dropped:  # few, so a set per task is cheap
         dropped = set(dropped)
         keep = lambda record: records.key_of(record, schema_name) not in dropped  # noqa: E731
-    examples, nbytes, digest = write_shard(chunks, number, count, temp, compression, seed=split, keep=keep)
+    examples, nbytes, digest = write_shard(ranges, number, count, temp, compression, seed=split, keep=keep)
     if index:  # from the temp file, before the rename makes the shard visible
         from beam_etl.index import index_name, write_index
 

@@ -56,3 +56,19 @@ def read_framed(f, name: str = "<stream>", offset: int = 0) -> bytes:
     if one is None:
         raise CorruptRecord(f"{name}: ended at byte {offset}, where a record was expected")
     return one[0]
+
+
+def record_length(header: bytes, name: str = "<stream>", offset: int = 0) -> int:
+    """The data length a 12-byte record header gives, its CRC checked."""
+    if _CRC.unpack_from(header, 8)[0] != _masked_crc(header[:8]):
+        raise CorruptRecord(f"{name}: bad length CRC at byte {offset}")
+    return _HEADER.unpack_from(header)[0]
+
+
+def check_framed(framed: bytes, name: str = "<stream>", offset: int = 0) -> None:
+    """CorruptRecord unless `framed` is one whole record whose CRCs check out."""
+    length = record_length(framed[:12], name, offset)
+    if len(framed) != length + 16:
+        raise CorruptRecord(f"{name}: truncated record at byte {offset} (wanted {length} bytes)")
+    if _CRC.unpack_from(framed, 12 + length)[0] != _masked_crc(framed[12:12 + length]):
+        raise CorruptRecord(f"{name}: bad data CRC in the record at byte {offset}")

@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import objstore, progress, readahead, records, runners, sharding, sources, tfrecord, workpool
+from beam_etl import chunks, objstore, progress, readahead, records, runners, sharding, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = progress.NAMESPACE
@@ -147,50 +147,61 @@ class EncodeExamples(beam.PTransform):
 
 
 class _StageFn(beam.DoFn):
-    """Appends records to one chunk file per split and bundle; emits the chunks when the bundle ends.
+    """Writes each bundle's records of a split to chunk files (chunks.py); emits the chunks when the bundle ends.
 
     Payloads are written where they were made and never cross a shuffle: only the chunk
     descriptors travel. A retried bundle's chunk is never emitted, so it is never read.
     """
 
-    def __init__(self, chunk_dir):
-        self.chunk_dir = chunk_dir
+    def __init__(self, chunk_dir, filesystem_flags=()):
+        self.chunk_dir, self.filesystem_flags = chunk_dir, tuple(filesystem_flags)
+
+    def setup(self):
+        objstore.configure_for(self.chunk_dir, self.filesystem_flags)
 
     def start_bundle(self):
-        self.open = {}  # split -> (path, file, offsets)
+        self.open, self.done = {}, []  # split -> ChunkWriter; [(split, (chunk path, examples))]
 
     def process(self, element):
         split, example = element
-        if split not in self.open:
-            path = FileSystems.join(self.chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord")
-            self.open[split] = (path, FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED), [0])
-        _, f, offsets = self.open[split]
-        framed = tfrecord.frame(example)
-        f.write(framed)
-        offsets.append(offsets[-1] + len(framed))
+        writer = self.open.get(split)
+        if writer is None:
+            writer = self.open[split] = chunks.ChunkWriter(FileSystems.join(self.chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord"))
+        writer.add(tfrecord.frame(example))
+        if writer.nbytes >= chunks.MAX_CHUNK_BYTES:  # bounds the local file: a bundle may be the whole input
+            self.done.append((split, (writer.dest, writer.publish())))
+            del self.open[split]
 
     def finish_bundle(self):
-        for split, (path, f, offsets) in self.open.items():
-            f.close()
-            sharding.write_index(path, offsets[:-1])
-            yield WindowedValue((split, (path, len(offsets) - 1)), 0, [GlobalWindow()])
-        self.open = {}
+        for split, writer in self.open.items():
+            self.done.append((split, (writer.dest, writer.publish())))
+        for described in self.done:
+            yield WindowedValue(described, 0, [GlobalWindow()])
+        self.open, self.done = {}, []
+
+    def teardown(self):
+        for writer in getattr(self, "open", {}).values():  # a bundle that failed: nothing of it is read
+            writer.discard()
 
 
 class _PlanFn(beam.DoFn):
-    """One split's chunks to one task per shard: (split, index, count, chunks)."""
+    """One split's chunks to one task per shard: (split, index, count, [(chunk, start, end, examples)])."""
 
-    def __init__(self, num_shards, shard_size_mb):
+    def __init__(self, num_shards, shard_size_mb, chunk_dir="", filesystem_flags=()):
         self.num_shards = num_shards
         self.shard_size_mb = shard_size_mb
+        self.chunk_dir, self.filesystem_flags = chunk_dir, tuple(filesystem_flags)
+
+    def setup(self):
+        objstore.configure_for(self.chunk_dir, self.filesystem_flags)
 
     def process(self, element, chunk_bytes):
-        split, chunks = element
-        chunks = sorted(chunks)
-        examples = sum(n for _, n in chunks)
+        split, chunk_list = element
+        chunk_list = sorted(chunk_list)
+        examples = sum(n for _, n in chunk_list)
         count = sharding.shard_count(split, examples, chunk_bytes.get(split, 0), self.num_shards, self.shard_size_mb)
-        for index in range(count):
-            yield split, index, count, chunks
+        for index, ranges in sharding.plan(chunk_list, count):
+            yield split, index, count, ranges
 
 
 class _WriteShardFn(beam.DoFn):
@@ -231,10 +242,11 @@ class _WriteShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """(split, Example bytes) to shards with a controlled count; returns one dict per shard.
 
-    Records are staged in per-bundle chunk files with an offset index; then one worker
-    writes each shard from every count-th record of the chunks, shuffled (temp file, then
-    rename, as Beam's FileBasedSink does). Only chunk descriptors are grouped, so memory stays flat
-    in the dataset size; see README 'Why not WriteToTFRecord locally'.
+    Records are staged in per-bundle chunk files (spread order, an offset index); the plan
+    gives each shard one byte range of each chunk in its group, and one worker writes each
+    shard from those ranges, a block of megabytes per read, shuffled (temp file, then rename,
+    as Beam's FileBasedSink does). Each staged byte is read once. Only chunk descriptors and
+    ranges are grouped, so memory stays flat in the dataset size; see README 'Writing shards'.
     """
 
     def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False, schema_name="default", dropped_keys=None, processes=0,
@@ -255,11 +267,12 @@ class WriteShards(beam.PTransform):
         )
         return (
             examples
-            | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir))
+            | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir, self.filesystem_flags))
             # (split, (chunk path, examples))
             | "GroupChunks" >> beam.GroupByKey()
-            | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb), chunk_bytes=beam.pvalue.AsDict(split_bytes))
-            # (split, shard index, shard count, [(chunk path, examples)])
+            | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb, self.chunk_dir, self.filesystem_flags),
+                                   chunk_bytes=beam.pvalue.AsDict(split_bytes))
+            # (split, shard index, shard count, [(chunk path, start byte, end byte, examples)])
             | "SpreadShards" >> beam.Reshuffle()
             | "Write"
             >> beam.ParDo(

@@ -2,24 +2,34 @@
 
 import gzip
 import hashlib
+import os
+
+import numpy as np
 
 import pytest
 
-from beam_etl import sharding, tfrecord
+from beam_etl import chunks, sharding, tfrecord
 
 tf = pytest.importorskip("tensorflow")
 
 
 def write_chunk(path, records):
-    offsets, position = [], 0
+    """A chunk as a test writes it: the records in the order given, and its index (n + 1 offsets)."""
+    offsets, position = [0], 0
     with open(path, "wb") as f:
         for record in records:
             framed = tfrecord.frame(record)
-            offsets.append(position)
             position += len(framed)
+            offsets.append(position)
             f.write(framed)
-    sharding.write_index(str(path), offsets)
+    chunks.write_index(str(path), offsets)
     return str(path), len(records)
+
+
+def shard(chunk_list, index, count, dest, *args, **kwargs):
+    """Plan, then write one shard, as WriteShards does."""
+    ranges = dict(sharding.plan(chunk_list, count))[index]
+    return sharding.write_shard(ranges, index, count, dest, *args, **kwargs)
 
 
 def test_parse_num_shards():
@@ -68,11 +78,11 @@ def test_corrupt_record_is_named(tmp_path):
 
 def test_shards_partition_the_chunks_and_balance(tmp_path):
     # Chunks as a runner may deliver them: each one a single class.
-    chunks = [write_chunk(tmp_path / f"train-{c}.tfrecord", [f"{c}:{i}".encode() for i in range(n)]) for c, n in [("a", 50), ("b", 31), ("c", 19)]]
+    chunk_list = [write_chunk(tmp_path / f"train-{c}.tfrecord", [f"{c}:{i}".encode() for i in range(n)]) for c, n in [("a", 50), ("b", 31), ("c", 19)]]
     seen, sizes = [], []
     for index in range(4):
         dest = str(tmp_path / sharding.shard_name("train", index, 4))
-        examples, nbytes, digest = sharding.write_shard(chunks, index, 4, dest, seed="train")
+        examples, nbytes, digest = shard(chunk_list, index, 4, dest, seed="train")
         records = [r.numpy().decode() for r in tf.data.TFRecordDataset(dest)]
         assert examples == len(records) == sharding.shard_size(100, index, 4)
         assert nbytes == len(open(dest, "rb").read()) and digest == hashlib.sha256(open(dest, "rb").read()).hexdigest()
@@ -84,19 +94,24 @@ def test_shards_partition_the_chunks_and_balance(tmp_path):
 
 
 def test_shard_order_is_shuffled_and_repeatable(tmp_path):
-    chunks = [write_chunk(tmp_path / "train-a.tfrecord", [str(i).encode() for i in range(200)])]
-    unshuffled = open(chunks[0][0], "rb").read()  # one chunk, one shard: the stride order is the chunk's
+    chunk_list = [write_chunk(tmp_path / "train-a.tfrecord", [str(i).encode() * 1000 for i in range(200)])]
+    unshuffled = open(chunk_list[0][0], "rb").read()
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    sharding.write_shard(chunks, 0, 1, a, seed="s")
-    sharding.write_shard(chunks, 0, 1, b, seed="s")
+    sharding.SHUFFLE_BUFFER, saved = 50_000, sharding.SHUFFLE_BUFFER  # smaller than the shard: the buffer's path too
+    try:
+        shard(chunk_list, 0, 1, a, seed="s")
+        shard(chunk_list, 0, 1, b, seed="s")
+    finally:
+        sharding.SHUFFLE_BUFFER = saved
     assert open(a, "rb").read() == open(b, "rb").read()
     assert open(a, "rb").read() != unshuffled
+    assert sorted(r.numpy() for r in tf.data.TFRecordDataset(a)) == sorted(str(i).encode() * 1000 for i in range(200))
 
 
 def test_gzip_shard(tmp_path):
-    chunks = [write_chunk(tmp_path / "train-a.tfrecord", [b"x" * 1000] * 10)]
+    chunk_list = [write_chunk(tmp_path / "train-a.tfrecord", [b"x" * 1000] * 10)]
     dest = str(tmp_path / "s.tfrecord.gz")
-    examples, nbytes, digest = sharding.write_shard(chunks, 0, 1, dest, "gzip")
+    examples, nbytes, digest = shard(chunk_list, 0, 1, dest, "gzip")
     raw = open(dest, "rb").read()
     assert examples == 10 and nbytes == len(raw) and digest == hashlib.sha256(raw).hexdigest()
     assert len(gzip.decompress(raw)) == 10 * (1000 + 16)
@@ -106,4 +121,81 @@ def test_gzip_shard(tmp_path):
 def test_index_mismatch_is_an_error(tmp_path):
     path, _ = write_chunk(tmp_path / "train-a.tfrecord", [b"a", b"b"])
     with pytest.raises(tfrecord.CorruptRecord, match="index lists 2 records, expected 3"):
-        sharding.locate([(path, 3)], 0, 1)
+        list(sharding.plan([(path, 3)], 1))
+
+
+def test_a_damaged_chunk_is_named(tmp_path):
+    path, n = write_chunk(tmp_path / "train-a.tfrecord", [b"hello world" * 10] * 5)
+    data = bytearray(open(path, "rb").read())
+    data[-10] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: bad data CRC"):
+        shard([(path, n)], 0, 1, str(tmp_path / "s"))
+    open(path, "wb").write(bytes(data[:-30]))
+    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: truncated record"):
+        shard([(path, n)], 0, 1, str(tmp_path / "s"))
+
+
+def test_spread_order_samples_every_run_evenly():
+    for n in (1, 2, 7, 100, 1000, 1025):
+        order = chunks.spread_order(n)
+        assert sorted(order.tolist()) == list(range(n))
+    order = chunks.spread_order(1000)
+    for k in (10, 37, 100):
+        for start in range(0, 1000 - k, 97):
+            run = np.sort(order[start:start + k])
+            # every run of k covers the whole range, with no gap wider than 4n/k (an arrival-order
+            # run of k would be one block of k neighbours)
+            assert run[0] < 4 * 1024 / k and run[-1] > 1000 - 4 * 1024 / k
+            assert np.diff(run).max() <= 4 * 1024 / k
+
+
+def test_chunk_writer_stores_spread_order_and_index(tmp_path):
+    records = [f"r{i}".encode() * (1 + i % 7) for i in range(300)]
+    writer = chunks.ChunkWriter(str(tmp_path / "train-x.tfrecord"))
+    for record in records:
+        writer.add(tfrecord.frame(record))
+    temp = writer.temp
+    assert writer.publish() == 300 and not os.path.exists(temp)
+    stored = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "train-x.tfrecord"))]
+    assert stored == [records[j] for j in chunks.spread_order(300)]
+    offsets = chunks.read_index(str(tmp_path / "train-x.tfrecord"))
+    assert len(offsets) == 301 and offsets[-1] == os.path.getsize(tmp_path / "train-x.tfrecord")
+
+
+def test_plan_reads_one_range_per_chunk_and_each_byte_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(sharding, "MAX_CHUNKS_PER_GROUP", 8)
+    sizes = [5 + (i * 7) % 23 for i in range(30)]  # 30 chunks: four groups of 7-8
+    chunk_list = [write_chunk(tmp_path / f"train-{i:02d}.tfrecord", [f"{i}:{k}".encode() for k in range(n)]) for i, n in enumerate(sizes)]
+    total = sum(sizes)
+    smallest_group = min(sum(n for _, n in group) for group in sharding.groups(chunk_list))
+    for count in (1, 3, 10, total):
+        covered = {path: [] for path, _ in chunk_list}
+        planned = list(sharding.plan(chunk_list, count))
+        assert [i for i, _ in planned] == list(range(count))
+        for index, ranges in planned:
+            assert sum(n for *_, n in ranges) == sharding.shard_size(total, index, count)
+            assert len({p for p, *_ in ranges}) == len(ranges)  # one range per chunk
+            if sharding.shard_size(total, index, count) <= smallest_group:
+                assert len(ranges) <= 2 * 8  # within one group, or across the edge of two
+            for path, start, end, _ in ranges:
+                covered[path].append((start, end))
+        for path, _ in chunk_list:  # the ranges tile each chunk: every byte read once
+            spans = sorted(covered[path])
+            assert spans[0][0] == 0 and spans[-1][1] == os.path.getsize(path)
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_shards_mix_classes_from_class_sorted_chunks(tmp_path):
+    # One bundle holding the classes one after another (a folder each), as the DirectRunner reads them.
+    records = [f"{c}:{i}".encode() for c in "abcdefghij" for i in range(100)]
+    writer = chunks.ChunkWriter(str(tmp_path / "train-x.tfrecord"))
+    for record in records:
+        writer.add(tfrecord.frame(record))
+    chunk_list = [(writer.dest, writer.publish())]
+    for index in range(8):
+        dest = str(tmp_path / f"s{index}")
+        shard(chunk_list, index, 8, dest, seed="train")
+        labels = [r.numpy()[:1] for r in tf.data.TFRecordDataset(dest)]
+        per_class = {c: labels.count(c.encode()) for c in "abcdefghij"}
+        assert all(11 <= n <= 14 for n in per_class.values()), per_class  # 12.5 each
