@@ -1,4 +1,4 @@
-"""Staged chunks: one bundle's records of a split, in spread order, with an index of byte offsets.
+"""Staged chunks: one bundle's records of a split, in spread order, followed by an index of their offsets.
 
 A chunk is written where its records were made and read back by the shard writers, a byte
 range per shard (sharding.plan). Its records are stored in spread order (bit-reversed arrival
@@ -29,15 +29,24 @@ def spread_order(n: int) -> np.ndarray:
     return np.argsort(reversed_, kind="stable").astype(np.int64)
 
 
-def read_index(path: str) -> np.ndarray:
-    """A chunk's record offsets plus its end (n + 1 little-endian int64), written beside it."""
-    with FileSystems.open(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return np.frombuffer(f.read(), dtype="<i8")
+def read_index(path: str, examples: int, nbytes: int) -> np.ndarray:
+    """A chunk's record offsets plus its end (examples + 1 little-endian int64), stored after its records.
+
+    One ranged read: the descriptor carries where the records end. In the file, not beside it,
+    so that a chunk costs the store one object to write and one request to index.
+    """
+    from beam_etl import objstore, tfrecord
+
+    data = objstore.read_range(path, nbytes, nbytes + 8 * (examples + 1))
+    offsets = np.frombuffer(data, dtype="<i8")
+    if len(offsets) != examples + 1 or offsets[0] != 0 or offsets[-1] != nbytes:
+        raise tfrecord.CorruptRecord(f"{path}: its index does not list {examples} records ending at byte {nbytes}; "
+                                     "the chunk was changed or cut short after it was staged")
+    return offsets
 
 
-def write_index(path: str, offsets) -> None:
-    with FileSystems.create(path + ".idx", compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        f.write(np.asarray(offsets, dtype="<i8").tobytes())
+def index_bytes(offsets) -> bytes:
+    return np.asarray(offsets, dtype="<i8").tobytes()
 
 
 class ChunkWriter:
@@ -48,7 +57,14 @@ class ChunkWriter:
     """
 
     def __init__(self, dest: str):
-        fd, self.temp = tempfile.mkstemp(prefix="beam-etl-chunk-", suffix=".tfrecord")
+        from beam_etl import objstore
+
+        if objstore.scheme(dest):  # a bucket: the worker's own disk
+            fd, self.temp = tempfile.mkstemp(prefix="beam-etl-chunk-", suffix=".tfrecord")
+        else:  # beside the chunk, where progress and the benches see records arrive
+            os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+            self.temp = dest + ".partial"
+            fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.file = os.fdopen(fd, "wb")
         self.dest = dest
         self.offsets = [0]
@@ -65,8 +81,8 @@ class ChunkWriter:
         self.file.write(framed)
         self.offsets.append(self.offsets[-1] + len(framed))
 
-    def publish(self) -> int:
-        """Write the chunk and its index to the store; returns its record count."""
+    def publish(self) -> tuple:
+        """Write the chunk, then its index, to the store; returns (path, examples, bytes of records)."""
         self.file.close()
         offsets = np.asarray(self.offsets, dtype=np.int64)
         sizes = np.diff(offsets)
@@ -82,10 +98,10 @@ class ChunkWriter:
                         out.write(b"".join(pending))
                         pending, pending_bytes = [], 0
                 out.write(b"".join(pending))
-            write_index(self.dest, np.concatenate([[0], np.cumsum(sizes[order])]))
+                out.write(index_bytes(np.concatenate([[0], np.cumsum(sizes[order])])))
         finally:
             os.unlink(self.temp)
-        return self.records
+        return self.dest, self.records, self.nbytes
 
     def discard(self) -> None:
         """Drop the local file (a failed bundle: its chunk is never published or read)."""

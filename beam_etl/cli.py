@@ -35,7 +35,7 @@ def _convert_parser(sub):
     p.add_argument("--max_reject_fraction", type=float, default=0.05, help="fail the job when more inputs than this are rejected")
     p.add_argument("--overwrite", action="store_true", help="replace a complete dataset already in --output")
     p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
-    p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: our staged writer on the DirectRunner, beam.io.WriteToTFRecord on other runners (needs --num_shards)")
+    p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: staged, on every runner (it reads each staged byte once and shuffles no payloads); tfrecordio: beam.io.WriteToTFRecord (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
     p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--reads_in_flight", type=int, default=16, help="reads kept ahead of the decode in each worker, so an object store's 10-50 ms per request overlaps other work; 1 reads one image at a time")
@@ -144,10 +144,11 @@ def _writer(args, beam_args) -> str:
 
     from beam_etl import progress
 
-    writer = args.writer
+    # auto: staged on every runner and output. It reads each staged byte once and sends only
+    # descriptors through the shuffle; tfrecordio sends every payload through it and reads each
+    # shard back to describe it (bench/writer_io_bench.py, README 'Writing shards').
+    writer = "staged" if args.writer == "auto" else args.writer
     mode = progress.direct_mode(PipelineOptions(beam_args))  # None off the DirectRunner
-    if writer == "auto":
-        writer = "staged" if mode else "tfrecordio"
     if writer == "tfrecordio" and mode == "multi_threading":
         # Beam 2.77's multi_threading mode drops a few large elements on their way into a
         # GroupByKey (reproduced with Beam alone: docs/BENCHMARKS.md, "Records lost").
@@ -259,7 +260,7 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     import apache_beam as beam
 
-    from beam_etl import objstore, pipeline, progress, report, runners, sources, workpool
+    from beam_etl import objstore, pipeline, progress, report, runners, sources, transforms, workpool
 
     started = time.time()
     try:
@@ -310,6 +311,10 @@ def convert(args, beam_args) -> int:
         print(f"beam-etl: conversion failed: {_root_cause(e, options)}{'; ' + stopped if stopped else ''}", file=sys.stderr)
         return EXIT_FAILED
     report.print_summary(config.output, time.time() - started)
+    shuffled = progress.counter_total(result, transforms.SHUFFLED)
+    if shuffled:  # what the writer choice costs on a runner with a real shuffle (README 'Writing shards')
+        amount = f"{shuffled / 1e6:,.1f} MB" if shuffled >= 1e6 else f"{shuffled / 1e3:,.1f} kB"
+        print(f"beam-etl: the {config.writer} shard writer sent {amount} to the runner's shuffle", file=sys.stderr)
     return 0
 
 

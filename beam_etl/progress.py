@@ -240,6 +240,17 @@ def final_counts(result) -> tuple:
     return totals["images_encoded"], totals["images_rejected"]
 
 
+def counter_total(result, name: str) -> int:
+    """One of this project's Beam counters, summed over steps; 0 where the runner reports none."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+    except (AttributeError, NotImplementedError):  # a runner without metrics
+        return 0
+    return sum((c.committed if c.committed is not None else c.attempted) or 0 for c in counters)
+
+
 def watch_lines(result, options) -> list:
     """Where to watch a job on a remote runner: its id and, for Dataflow, the console address."""
     from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions

@@ -64,7 +64,7 @@ MAX_CHUNKS_PER_GROUP = 64  # a shard reads from the chunks of one group (two at 
 
 
 def groups(chunks):
-    """Chunks [(path, examples)] in the order every worker agrees on, dealt into groups of at most 64.
+    """Chunks [(path, examples, bytes)] in the order every worker agrees on, dealt into groups of at most 64.
 
     Dealt by stride over the paths (random names), so each group samples the whole split.
     Without groups every shard would read a range of every chunk: shards x chunks requests.
@@ -98,20 +98,17 @@ def plan(chunks, count: int, index_of=None, reads_in_flight: int = 16):
     from concurrent.futures import ThreadPoolExecutor
 
     index_of = index_of or read_index
-    total = sum(n for _, n in chunks)
+    total = sum(n for _, n, _ in chunks)
     bounds = [shard_start(total, i, count) for i in range(count + 1)]
     shard, ranges, base = 0, [], 0
     with ThreadPoolExecutor(reads_in_flight) as pool:
         for group in groups(chunks):
-            sizes = [n for _, n in group]
-            indexes = list(pool.map(index_of, [path for path, _ in group]))
-            for (path, n), offsets in zip(group, indexes):
-                if len(offsets) != n + 1:
-                    raise tfrecord.CorruptRecord(f"{path}: index lists {len(offsets) - 1} records, expected {n}")
+            sizes = [n for _, n, _ in group]
+            indexes = list(pool.map(lambda chunk: index_of(*chunk), group))
             positions, size, low = merged_positions(sizes), sum(sizes), 0
             while shard < count:
                 high = min(bounds[shard + 1] - base, size)
-                for (path, _), where, offsets in zip(group, positions, indexes):
+                for (path, _, _), where, offsets in zip(group, positions, indexes):
                     a, b = np.searchsorted(where, low), np.searchsorted(where, high)
                     if b > a:
                         ranges.append((path, int(offsets[a]), int(offsets[b]), int(b - a)))
@@ -243,8 +240,8 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
         from beam_etl.index import index_name, write_index
 
         write_index(temp, FileSystems.join(shard_dir, index_name(name)), check=False)
-    if FileSystems.exists(final):  # a retried task: the first copy has the same records
-        FileSystems.delete([final])
+    # A retried task finds its first copy in place, with the same records: the rename replaces it
+    # (os.rename; copy-then-delete on gs:// and s3://), so no existence check costs a request.
     FileSystems.rename([temp], [final])
     return {"split": split, "file": name, "index": number, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest, "indexed": index}
 

@@ -160,7 +160,7 @@ class _StageFn(beam.DoFn):
         objstore.configure_for(self.chunk_dir, self.filesystem_flags)
 
     def start_bundle(self):
-        self.open, self.done = {}, []  # split -> ChunkWriter; [(split, (chunk path, examples))]
+        self.open, self.done = {}, []  # split -> ChunkWriter; [(split, (chunk path, examples, bytes))]
 
     def process(self, element):
         split, example = element
@@ -169,12 +169,12 @@ class _StageFn(beam.DoFn):
             writer = self.open[split] = chunks.ChunkWriter(FileSystems.join(self.chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord"))
         writer.add(tfrecord.frame(example))
         if writer.nbytes >= chunks.MAX_CHUNK_BYTES:  # bounds the local file: a bundle may be the whole input
-            self.done.append((split, (writer.dest, writer.publish())))
+            self.done.append((split, writer.publish()))
             del self.open[split]
 
     def finish_bundle(self):
         for split, writer in self.open.items():
-            self.done.append((split, (writer.dest, writer.publish())))
+            self.done.append((split, writer.publish()))
         for described in self.done:
             yield WindowedValue(described, 0, [GlobalWindow()])
         self.open, self.done = {}, []
@@ -182,6 +182,27 @@ class _StageFn(beam.DoFn):
     def teardown(self):
         for writer in getattr(self, "open", {}).values():  # a bundle that failed: nothing of it is read
             writer.discard()
+
+
+SHUFFLED = "writer_shuffle_bytes"  # what the shard writer hands to a GroupByKey: descriptors or payloads
+
+
+def _shuffled_size(element) -> int:
+    """About what a runner's coder makes of an element: pickle's size (payload bytes plus a few)."""
+    import pickle
+
+    return len(pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class _CountShuffled(beam.DoFn):
+    """Passes elements through, counting their bytes into SHUFFLED: they are about to enter a GroupByKey."""
+
+    def __init__(self):
+        self.bytes = Metrics.counter(NAMESPACE, SHUFFLED)
+
+    def process(self, element):
+        self.bytes.inc(_shuffled_size(element))
+        yield element
 
 
 class _PlanFn(beam.DoFn):
@@ -198,7 +219,7 @@ class _PlanFn(beam.DoFn):
     def process(self, element, chunk_bytes):
         split, chunk_list = element
         chunk_list = sorted(chunk_list)
-        examples = sum(n for _, n in chunk_list)
+        examples = sum(n for _, n, _ in chunk_list)
         count = sharding.shard_count(split, examples, chunk_bytes.get(split, 0), self.num_shards, self.shard_size_mb)
         for index, ranges in sharding.plan(chunk_list, count):
             yield split, index, count, ranges
@@ -268,11 +289,13 @@ class WriteShards(beam.PTransform):
         return (
             examples
             | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir, self.filesystem_flags))
-            # (split, (chunk path, examples))
+            # (split, (chunk path, examples, bytes of records))
+            | "CountChunks" >> beam.ParDo(_CountShuffled())
             | "GroupChunks" >> beam.GroupByKey()
             | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb, self.chunk_dir, self.filesystem_flags),
                                    chunk_bytes=beam.pvalue.AsDict(split_bytes))
             # (split, shard index, shard count, [(chunk path, start byte, end byte, examples)])
+            | "CountTasks" >> beam.ParDo(_CountShuffled())
             | "SpreadShards" >> beam.Reshuffle()
             | "Write"
             >> beam.ParDo(
@@ -407,6 +430,7 @@ class WriteShardsWithTFRecordIO(beam.PTransform):
                 examples
                 | f"Only_{split}" >> beam.Filter(lambda kv, s=split: kv[0] == s)
                 | f"Payload_{split}" >> beam.Map(lambda kv: kv[1])
+                | f"CountPayloads_{split}" >> beam.ParDo(_CountShuffled())  # WriteToTFRecord groups each by shard
                 | f"Write_{split}"
                 >> beam.io.WriteToTFRecord(
                     FileSystems.join(self.shard_dir, split),

@@ -76,10 +76,10 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def run_once(argv, first_glob, out):
-    """One run into `out`, which the caller has emptied."""
+def run_once(argv, first_glob, out, env=None):
+    """One run into `out`, which the caller has emptied; env: the child's environment (default: ours)."""
     started = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     ps = psutil.Process(child.pid)
     first, peak_sum, next_sample = None, 0, 0.0
     while True:

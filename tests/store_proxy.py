@@ -107,6 +107,12 @@ class StoreProxy:
             allow_reuse_address = True
             request_queue_size = 128
 
+            def handle_error(self, request, client_address):
+                import sys
+
+                if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):  # a client hung up: not news
+                    super().handle_error(request, client_address)
+
         self.server = Server(("127.0.0.1", port), Handler)
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"

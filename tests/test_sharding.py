@@ -2,6 +2,7 @@
 
 import gzip
 import hashlib
+import io
 import os
 
 import numpy as np
@@ -13,8 +14,16 @@ from beam_etl import chunks, sharding, tfrecord
 tf = pytest.importorskip("tensorflow")
 
 
+def write_records(path, records):
+    """A TFRecord file of these records."""
+    with open(path, "wb") as f:
+        for record in records:
+            f.write(tfrecord.frame(record))
+    return str(path)
+
+
 def write_chunk(path, records):
-    """A chunk as a test writes it: the records in the order given, and its index (n + 1 offsets)."""
+    """A chunk as a test writes it: the records in the order given, then its index (n + 1 offsets)."""
     offsets, position = [0], 0
     with open(path, "wb") as f:
         for record in records:
@@ -22,8 +31,8 @@ def write_chunk(path, records):
             position += len(framed)
             offsets.append(position)
             f.write(framed)
-    chunks.write_index(str(path), offsets)
-    return str(path), len(records)
+        f.write(chunks.index_bytes(offsets))
+    return str(path), len(records), position
 
 
 def shard(chunk_list, index, count, dest, *args, **kwargs):
@@ -56,20 +65,20 @@ def test_shard_names():
 
 def test_framing_reads_back_with_tensorflow(tmp_path):
     records = [b"", b"a", bytes(range(256)) * 100]
-    path, _ = write_chunk(tmp_path / "c.tfrecord", records)
+    path = write_records(tmp_path / "c.tfrecord", records)
     assert [r.numpy() for r in tf.data.TFRecordDataset(path)] == records
     with open(path, "rb") as f:
         assert [r for _, _, r in tfrecord.iter_framed(f)] == records
 
 
 def test_corrupt_record_is_named(tmp_path):
-    path, _ = write_chunk(tmp_path / "c.tfrecord", [b"hello world"] * 3)
+    path = write_records(tmp_path / "c.tfrecord", [b"hello world"] * 3)
     data = bytearray(open(path, "rb").read())
     data[40] ^= 0xFF
     open(path, "wb").write(bytes(data))
     with pytest.raises(tfrecord.CorruptRecord, match="c.tfrecord: bad data CRC"), open(path, "rb") as f:
         list(tfrecord.iter_framed(f, path))
-    path, _ = write_chunk(tmp_path / "c.tfrecord", [b"hello world"] * 3)
+    path = write_records(tmp_path / "c.tfrecord", [b"hello world"] * 3)
     whole = open(path, "rb").read()
     open(path, "wb").write(whole[:-3])
     with pytest.raises(tfrecord.CorruptRecord, match="truncated"), open(path, "rb") as f:
@@ -95,7 +104,7 @@ def test_shards_partition_the_chunks_and_balance(tmp_path):
 
 def test_shard_order_is_shuffled_and_repeatable(tmp_path):
     chunk_list = [write_chunk(tmp_path / "train-a.tfrecord", [str(i).encode() * 1000 for i in range(200)])]
-    unshuffled = open(chunk_list[0][0], "rb").read()
+    unshuffled = open(chunk_list[0][0], "rb").read()[:chunk_list[0][2]]
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     sharding.SHUFFLE_BUFFER, saved = 50_000, sharding.SHUFFLE_BUFFER  # smaller than the shard: the buffer's path too
     try:
@@ -119,21 +128,23 @@ def test_gzip_shard(tmp_path):
 
 
 def test_index_mismatch_is_an_error(tmp_path):
-    path, _ = write_chunk(tmp_path / "train-a.tfrecord", [b"a", b"b"])
-    with pytest.raises(tfrecord.CorruptRecord, match="index lists 2 records, expected 3"):
-        list(sharding.plan([(path, 3)], 1))
+    path, n, nbytes = write_chunk(tmp_path / "train-a.tfrecord", [b"a", b"b"])
+    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: its index does not list 3 records"):
+        list(sharding.plan([(path, 3, nbytes)], 1))
+    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: its index does not list 2 records ending at byte 7"):
+        list(sharding.plan([(path, n, 7)], 1))
 
 
 def test_a_damaged_chunk_is_named(tmp_path):
-    path, n = write_chunk(tmp_path / "train-a.tfrecord", [b"hello world" * 10] * 5)
+    path, n, nbytes = write_chunk(tmp_path / "train-a.tfrecord", [b"hello world" * 10] * 5)
     data = bytearray(open(path, "rb").read())
-    data[-10] ^= 0xFF
+    data[nbytes - 10] ^= 0xFF
     open(path, "wb").write(bytes(data))
     with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: bad data CRC"):
-        shard([(path, n)], 0, 1, str(tmp_path / "s"))
-    open(path, "wb").write(bytes(data[:-30]))
-    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: truncated record"):
-        shard([(path, n)], 0, 1, str(tmp_path / "s"))
+        shard([(path, n, nbytes)], 0, 1, str(tmp_path / "s"))
+    open(path, "wb").write(bytes(data[:nbytes - 30]))  # cut short: the index is gone too
+    with pytest.raises(tfrecord.CorruptRecord, match="train-a.tfrecord: its index does not list 5 records"):
+        shard([(path, n, nbytes)], 0, 1, str(tmp_path / "s"))
 
 
 def test_spread_order_samples_every_run_evenly():
@@ -156,11 +167,13 @@ def test_chunk_writer_stores_spread_order_and_index(tmp_path):
     for record in records:
         writer.add(tfrecord.frame(record))
     temp = writer.temp
-    assert writer.publish() == 300 and not os.path.exists(temp)
-    stored = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "train-x.tfrecord"))]
+    path, n, nbytes = writer.publish()
+    assert n == 300 and not os.path.exists(temp)
+    data = open(path, "rb").read()
+    stored = [r for _, _, r in tfrecord.iter_framed(io.BytesIO(data[:nbytes]))]  # the records, then the index
     assert stored == [records[j] for j in chunks.spread_order(300)]
-    offsets = chunks.read_index(str(tmp_path / "train-x.tfrecord"))
-    assert len(offsets) == 301 and offsets[-1] == os.path.getsize(tmp_path / "train-x.tfrecord")
+    offsets = chunks.read_index(path, n, nbytes)
+    assert len(offsets) == 301 and offsets[-1] == nbytes and len(data) == nbytes + 8 * 301
 
 
 def test_plan_reads_one_range_per_chunk_and_each_byte_once(tmp_path, monkeypatch):
@@ -168,9 +181,9 @@ def test_plan_reads_one_range_per_chunk_and_each_byte_once(tmp_path, monkeypatch
     sizes = [5 + (i * 7) % 23 for i in range(30)]  # 30 chunks: four groups of 7-8
     chunk_list = [write_chunk(tmp_path / f"train-{i:02d}.tfrecord", [f"{i}:{k}".encode() for k in range(n)]) for i, n in enumerate(sizes)]
     total = sum(sizes)
-    smallest_group = min(sum(n for _, n in group) for group in sharding.groups(chunk_list))
+    smallest_group = min(sum(n for _, n, _ in group) for group in sharding.groups(chunk_list))
     for count in (1, 3, 10, total):
-        covered = {path: [] for path, _ in chunk_list}
+        covered = {path: [] for path, *_ in chunk_list}
         planned = list(sharding.plan(chunk_list, count))
         assert [i for i, _ in planned] == list(range(count))
         for index, ranges in planned:
@@ -180,9 +193,9 @@ def test_plan_reads_one_range_per_chunk_and_each_byte_once(tmp_path, monkeypatch
                 assert len(ranges) <= 2 * 8  # within one group, or across the edge of two
             for path, start, end, _ in ranges:
                 covered[path].append((start, end))
-        for path, _ in chunk_list:  # the ranges tile each chunk: every byte read once
+        for path, _, nbytes in chunk_list:  # the ranges tile each chunk's records: every byte read once
             spans = sorted(covered[path])
-            assert spans[0][0] == 0 and spans[-1][1] == os.path.getsize(path)
+            assert spans[0][0] == 0 and spans[-1][1] == nbytes
             assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
 
 
@@ -192,7 +205,7 @@ def test_shards_mix_classes_from_class_sorted_chunks(tmp_path):
     writer = chunks.ChunkWriter(str(tmp_path / "train-x.tfrecord"))
     for record in records:
         writer.add(tfrecord.frame(record))
-    chunk_list = [(writer.dest, writer.publish())]
+    chunk_list = [writer.publish()]
     for index in range(8):
         dest = str(tmp_path / f"s{index}")
         shard(chunk_list, index, 8, dest, seed="train")

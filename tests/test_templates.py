@@ -258,7 +258,7 @@ def test_dataflow_job_is_built_without_credentials(tmp_path):
     options = cli._pipeline_options(beam_args)
     gcp = options.view_as(GoogleCloudOptions)
     assert (gcp.project, gcp.region, gcp.temp_location) == ("beam-etl-test", "us-central1", "gs://beam-etl-test/tmp")
-    assert options.view_as(StandardOptions).runner == "DataflowRunner" and config.writer == "tfrecordio"
+    assert options.view_as(StandardOptions).runner == "DataflowRunner" and config.writer == "staged"
     p = beam.Pipeline(options=options)
     pipeline.build(p, config)
     job = p.run().job  # DataflowRunner's apiclient.Job, not submitted
@@ -266,7 +266,7 @@ def test_dataflow_job_is_built_without_credentials(tmp_path):
     environments = list(job.proto_pipeline.components.environments.values())
     assert environments and all(b"REGISTRY/beam-image-etl-etl:0.1.0" in e.payload for e in environments)
     names = [t.unique_name for t in job.proto_pipeline.components.transforms.values()]
-    assert any(n.startswith("Publish") for n in names) and any(n.startswith("WriteShards/Write_train") for n in names)
+    assert any(n.startswith("Publish") for n in names) and any(n.startswith("WriteShards/Stage") for n in names)
     assert any(n.startswith("ListImages/BreakFusion") for n in names)  # reading spreads over Dataflow's workers
 
 
@@ -399,7 +399,7 @@ def test_flink_launcher_flags_are_beam_options_and_the_graph_builds(tmp_path):
     assert portable.environment_type == "EXTERNAL" and portable.job_endpoint == "beam-job-server:8099"
     assert options.view_as(FlinkRunnerOptions).parallelism == 8
     config = cli._config(parsed, beam_args)
-    assert config.writer == "tfrecordio"  # off the DirectRunner, as cli._writer decides
+    assert config.writer == "staged"  # auto, on every runner, as cli._writer decides
     pipeline.build(beam.Pipeline(options=options), config)
     # The FlinkRunner form of README "Running at scale" parses too.
     flink = PipelineOptions(["--runner=FlinkRunner", "--flink_master=flink-jobmanager:8081", "--flink_submit_uber_jar", "--environment_type=EXTERNAL", "--environment_config=localhost:50000"])
