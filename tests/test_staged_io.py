@@ -47,7 +47,7 @@ def photos(tmp_path_factory):
     _make_photos(root, PHOTOS)
     local = root.parent / "local"
     run(None, "beam_etl", "convert", "--input", root, "--output", local, *FLAGS)
-    return root, records(None, local)
+    return root, records(None, local), local
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def _check(proxy, gcs_server, out, expected):
 
 
 def test_direct_runner_reads_each_staged_byte_once(photos, proxy, gcs_server):
-    root, expected = photos
+    root, expected, _ = photos
     out = "gs://bkt/staged_io/direct"
     proxy.reset()
     run(gcs_server, "beam_etl", "convert", "--input", root, "--output", out, *FLAGS, extra_env=_through(proxy, gcs_server))
@@ -82,7 +82,7 @@ def test_direct_runner_reads_each_staged_byte_once(photos, proxy, gcs_server):
 
 
 def test_two_sdk_workers_read_each_staged_byte_once(photos, proxy, gcs_server, tmp_path):
-    root, expected = photos
+    root, expected, _ = photos
     out = "gs://bkt/staged_io/external"
     env = dict(cases.env(gcs_server), **_through(proxy, gcs_server))
     pool = WorkerPool(str(tmp_path), env)
@@ -96,3 +96,23 @@ def test_two_sdk_workers_read_each_staged_byte_once(photos, proxy, gcs_server, t
     document = json.loads(gcs_server.read(out + "/dataset.json"))
     assert document["worker_processes"] == 2, document["worker_processes"]
     _check(proxy, gcs_server, out, expected)
+
+
+def test_every_shard_mixes_the_classes_in_proportion(photos):
+    # The DirectRunner reads the class folders one after another: the records reach the writer
+    # sorted by class, and the spread order of the chunks must still mix every shard.
+    from beam_etl import records as record_fns, tfrecord
+
+    _, _, local = photos
+    document = json.loads((local / "dataset.json").read_text())
+    split = document["splits"]["train"]
+    share = {label: n / split["examples"] for label, n in split["label_counts"].items()}
+    sizes = []
+    for shard in split["shards"]:
+        with open(local / shard["file"], "rb") as f:
+            keys = [record_fns.key_of(r, document["schema"]) for _, _, r in tfrecord.iter_framed(f)]
+        sizes.append(len(keys))
+        for label, fraction in share.items():
+            found = sum(1 for k in keys if k.startswith(label + "/"))
+            assert abs(found - fraction * len(keys)) <= 4, (shard["file"], label, found, fraction * len(keys))  # ±4 of ~15
+    assert max(sizes) - min(sizes) <= 1
