@@ -96,10 +96,24 @@ def warm(processes: int) -> None:
 
 
 def shutdown() -> None:
-    """Stop every pool of this process (the launcher calls it before exiting)."""
+    """Stop every pool of this process, and the helper processes multiprocessing started for them.
+
+    The launcher calls it before exiting. Left to themselves, the forkserver and the resource
+    tracker exit only after the launcher has (they see their pipe close), so a caller that
+    runs `convert && train` would find them still running when its next command starts.
+    """
     while _POOLS:
         _, pool = _POOLS.popitem()
         pool.shutdown(wait=True, cancel_futures=True)
+    from multiprocessing import forkserver, resource_tracker
+
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        stop = getattr(helper, "_stop", None)  # private, in CPython since 3.8: close its pipe, reap it
+        if stop is not None:
+            try:
+                stop()
+            except (OSError, ChildProcessError):  # already gone
+                pass
 
 
 def _discard(processes: int) -> None:
