@@ -14,6 +14,8 @@ import numpy as np
 
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 
+from beam_etl import objstore, tfrecord
+
 MAX_CHUNK_BYTES = 256 << 20  # a bundle's split rolls over to a new chunk here: bounds the local temp file
 
 
@@ -35,8 +37,6 @@ def read_index(path: str, examples: int, nbytes: int) -> np.ndarray:
     One ranged read: the descriptor carries where the records end. In the file, not beside it,
     so that a chunk costs the store one object to write and one request to index.
     """
-    from beam_etl import objstore, tfrecord
-
     data = objstore.read_range(path, nbytes, nbytes + 8 * (examples + 1))
     offsets = np.frombuffer(data, dtype="<i8")
     if len(offsets) != examples + 1 or offsets[0] != 0 or offsets[-1] != nbytes:
@@ -57,8 +57,6 @@ class ChunkWriter:
     """
 
     def __init__(self, dest: str):
-        from beam_etl import objstore
-
         if objstore.scheme(dest):  # a bucket: the worker's own disk
             fd, self.temp = tempfile.mkstemp(prefix="beam-etl-chunk-", suffix=".tfrecord")
         else:  # beside the chunk, where progress and the benches see records arrive

@@ -231,23 +231,21 @@ class Reporter:
 
 def final_counts(result) -> tuple:
     """(images_encoded, images_rejected) from the finished job's Beam counters."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    totals = {}
-    for name in ("images_encoded", "images_rejected"):
-        counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
-        totals[name] = sum(c.committed if c.committed is not None else c.attempted for c in counters)
-    return totals["images_encoded"], totals["images_rejected"]
+    return _summed(result, "images_encoded"), _summed(result, "images_rejected")
 
 
 def counter_total(result, name: str) -> int:
     """One of this project's Beam counters, summed over steps; 0 where the runner reports none."""
-    from apache_beam.metrics.metric import MetricsFilter
-
     try:
-        counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+        return _summed(result, name)
     except (AttributeError, NotImplementedError):  # a runner without metrics
         return 0
+
+
+def _summed(result, name: str) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
     return sum((c.committed if c.committed is not None else c.attempted) or 0 for c in counters)
 
 

@@ -87,7 +87,7 @@ def merged_positions(sizes):
     return [rank[starts[c]:starts[c + 1]] for c in range(len(sizes))]
 
 
-def plan(chunks, count: int, index_of=None, reads_in_flight: int = 16):
+def plan(chunks, count: int, reads_in_flight: int = 16):
     """Yield (shard index, [(chunk path, start byte, end byte, examples)]) for each of `count` shards.
 
     The split is one run: the groups one after another, each group its chunks merged evenly.
@@ -97,14 +97,13 @@ def plan(chunks, count: int, index_of=None, reads_in_flight: int = 16):
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    index_of = index_of or read_index
     total = sum(n for _, n, _ in chunks)
     bounds = [shard_start(total, i, count) for i in range(count + 1)]
     shard, ranges, base = 0, [], 0
     with ThreadPoolExecutor(reads_in_flight) as pool:
         for group in groups(chunks):
             sizes = [n for _, n, _ in group]
-            indexes = list(pool.map(lambda chunk: index_of(*chunk), group))
+            indexes = list(pool.map(lambda chunk: read_index(*chunk), group))
             positions, size, low = merged_positions(sizes), sum(sizes), 0
             while shard < count:
                 high = min(bounds[shard + 1] - base, size)

@@ -30,15 +30,13 @@ def _read_one(f, name: str, offset: int, check: bool):
         return None
     if len(header) < 12:
         raise CorruptRecord(f"{name}: truncated record header at byte {offset}")
-    (length,) = _HEADER.unpack_from(header)
-    if check and _CRC.unpack_from(header, 8)[0] != _masked_crc(header[:8]):
-        raise CorruptRecord(f"{name}: bad length CRC at byte {offset}")
+    length = record_length(header, name, offset) if check else _HEADER.unpack_from(header)[0]
     body = f.read(length + 4)
     if len(body) < length + 4:
         raise CorruptRecord(f"{name}: truncated record at byte {offset} (wanted {length} bytes)")
     record = body[:length]
-    if check and _CRC.unpack_from(body, length)[0] != _masked_crc(record):
-        raise CorruptRecord(f"{name}: bad data CRC in the record at byte {offset}")
+    if check:
+        _check_data(record, body, length, name, offset)
     return header + body, record
 
 
@@ -65,10 +63,15 @@ def record_length(header: bytes, name: str = "<stream>", offset: int = 0) -> int
     return _HEADER.unpack_from(header)[0]
 
 
+def _check_data(record: bytes, framed: bytes, crc_at: int, name: str, offset: int) -> None:
+    """CorruptRecord unless the data CRC stored at framed[crc_at:] is the record's."""
+    if _CRC.unpack_from(framed, crc_at)[0] != _masked_crc(record):
+        raise CorruptRecord(f"{name}: bad data CRC in the record at byte {offset}")
+
+
 def check_framed(framed: bytes, name: str = "<stream>", offset: int = 0) -> None:
     """CorruptRecord unless `framed` is one whole record whose CRCs check out."""
     length = record_length(framed[:12], name, offset)
     if len(framed) != length + 16:
         raise CorruptRecord(f"{name}: truncated record at byte {offset} (wanted {length} bytes)")
-    if _CRC.unpack_from(framed, 12 + length)[0] != _masked_crc(framed[12:12 + length]):
-        raise CorruptRecord(f"{name}: bad data CRC in the record at byte {offset}")
+    _check_data(framed[12:12 + length], framed, 12 + length, name, offset)

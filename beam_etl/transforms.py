@@ -217,8 +217,8 @@ class _PlanFn(beam.DoFn):
         objstore.configure_for(self.chunk_dir, self.filesystem_flags)
 
     def process(self, element, chunk_bytes):
-        split, chunk_list = element
-        chunk_list = sorted(chunk_list)
+        split, chunk_list = element  # in any order: the plan sorts them
+        chunk_list = list(chunk_list)
         examples = sum(n for _, n, _ in chunk_list)
         count = sharding.shard_count(split, examples, chunk_bytes.get(split, 0), self.num_shards, self.shard_size_mb)
         for index, ranges in sharding.plan(chunk_list, count):
