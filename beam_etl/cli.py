@@ -214,14 +214,14 @@ class Unchanged(Exception):
     """The output already holds this conversion of these inputs: nothing to do."""
 
 
-def _prepare_output(config, overwrite: bool, local_runner: bool = True) -> None:
+def _prepare_output(config, overwrite: bool) -> None:
     """Make sure the output can be written; raise Unchanged when the run would be a no-op."""
     from apache_beam.io.filesystems import FileSystems
 
     from beam_etl import metadata, objstore, sources
 
     output = config.output
-    objstore.check_output(output, local_runner)
+    objstore.check_output(output)
     if metadata.is_complete(output) and not overwrite:
         existing = metadata.read(output)
         same_options = json.loads(json.dumps(config.options_json())) == existing.get("options")
@@ -258,9 +258,18 @@ def _root_cause(exc: BaseException, options) -> str:
 
 def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
+    from beam_etl import transform_helper
+
+    try:
+        return _convert(args, beam_args)
+    finally:
+        transform_helper.stop_all()  # done, or its job failed: either way, no process outlives the command
+
+
+def _convert(args, beam_args) -> int:
     import apache_beam as beam
 
-    from beam_etl import objstore, pipeline, progress, report, runners, sources, transforms, workpool
+    from beam_etl import objstore, pipeline, progress, report, runners, sources, transform_helper, transforms, workpool
 
     started = time.time()
     try:
@@ -275,9 +284,11 @@ def convert(args, beam_args) -> int:
             encode_processes=_encode_processes(args.encode_processes, options),
             filesystem_flags=tuple(beam_args),
         )
-        _prepare_output(config, args.overwrite, progress.is_direct(options))
+        _prepare_output(config, args.overwrite)
         if config.encode_processes > 1:
-            workpool.warm(config.encode_processes)  # their start-up overlaps ours (TensorFlow's import, mostly)
+            workpool.warm(config.encode_processes)  # their start-up overlaps Beam's
+        if progress.is_direct(options):  # the publish step runs on this machine: TensorFlow's start-up overlaps the job
+            config = dataclasses.replace(config, transform_helper=transform_helper.start(config.label_names, config.policy.channels))
     except Unchanged as e:
         print(f"beam-etl: {e}")
         return 0

@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import os
 import posixpath
 import re
 import uuid
@@ -143,7 +144,7 @@ def _move(src: str, dst: str) -> None:
     FileSystems.rename([src], [dst])
 
 
-def publish(staging: str, output: str, document: dict, analysis: str = "") -> None:
+def publish(staging: str, output: str, document: dict, analysis: str) -> None:
     """Move the staged dataset into `output` and write dataset.json last.
 
     An old dataset in `output` (only with --overwrite) loses its dataset.json first, so at
@@ -162,15 +163,12 @@ def publish(staging: str, output: str, document: dict, analysis: str = "") -> No
             _move(FileSystems.join(staging, "shards", shard["file"]), FileSystems.join(output, shard["file"]))
             if shard.get("index"):
                 _move(FileSystems.join(staging, "shards", shard["file"] + ".idx"), FileSystems.join(output, shard["file"] + ".idx"))
-    analysis = analysis or FileSystems.join(staging, "analysis")
-    for name in TRANSFORM_DIRS:
-        base = FileSystems.join(analysis, name)
-        for path in _files_under(base):
-            target = FileSystems.join(output, name, path[len(base) :].lstrip("/"))
-            if objstore.scheme(path) == objstore.scheme(target):
-                _move(path, target)
-            else:  # tf.Transform wrote on local disk (objstore.analysis_folder): copied, by Beam
-                objstore.copy_file(path, target)
+    for name in TRANSFORM_DIRS:  # from the publishing worker's local disk (analyze.write_transform)
+        base = os.path.join(analysis, name)
+        for folder, _, files in os.walk(base):
+            for file in files:
+                path = os.path.join(folder, file)
+                objstore.copy_file(path, FileSystems.join(output, name, *os.path.relpath(path, base).split(os.sep)))
     move_rejects(staging, output)
     write_json(FileSystems.join(output, DATASET_JSON), document)
 
@@ -178,8 +176,6 @@ def publish(staging: str, output: str, document: dict, analysis: str = "") -> No
 def remove_stale_staging(output: str) -> list:
     """Delete the .staging-* folders that killed runs left in `output`; call after a publish."""
     if "://" not in output:  # local: a killed run may have left only empty folders, which a match skips
-        import os
-
         stale = sorted(FileSystems.join(output, n) for n in os.listdir(output) if n.startswith(".staging-"))
     else:
         files = FileSystems.match([output.rstrip("/") + "/.staging-*/**"])[0].metadata_list

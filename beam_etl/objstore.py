@@ -226,43 +226,15 @@ def _new_io(kind: str):
     return s3io.S3IO(options=options)
 
 
-# TensorFlow 2.21 has no s3:// filesystem. On the DirectRunner that does not matter: TF works on
-# local disk and Beam copies its output (analysis_folder). Elsewhere tf.Transform's workers
-# need a shared filesystem TF can write, so s3:// output is refused there, before any work.
-TF_UNREACHABLE = ("s3",)
-
-
-def check_output(output: str, local_runner: bool = True) -> None:
-    """Refuse an output the dataset can't live in, before any work; check the bucket exists."""
+def check_output(output: str) -> None:
+    """Check, before any work, that an output's bucket exists."""
     kind = scheme(output)
     if not kind:
         return
-    if kind in TF_UNREACHABLE and not local_runner:
-        raise StorageError(
-            f"--output {output}: on this runner tf.Transform's workers write through TensorFlow, which has "
-            f"no {kind}:// filesystem (TF 2.21); write to gs:// or a shared volume, or convert on the "
-            "DirectRunner, which keeps TensorFlow on local disk"
-        )
     with explained(output, "--output"):
         if not bucket_exists(output):
             raise StorageError(f"--output {output}: bucket {kind}://{bucket_of(output)} does not exist; "
                                "create it first")
-
-
-def analysis_folder(output: str, local_runner: bool) -> str:
-    """A local folder for tf.Transform's output and temp files, or '' to keep them beside the shards.
-
-    TensorFlow off the write path: on a bucket, TF's own client is the one writer here that can
-    take the process down (a failed upload ended in SIGSEGV with TF 2.21), and it has no s3://
-    at all. On the DirectRunner every worker shares this machine's disk, so tf.Transform works
-    in a temporary folder here, and the publish copies its output with Beam's FileSystems,
-    which serve gs:// and s3:// alike and raise ordinary exceptions.
-    """
-    if not scheme(output) or not local_runner:
-        return ""
-    import tempfile
-
-    return tempfile.mkdtemp(prefix="beam-etl-analysis-")
 
 
 def copy_file(src: str, dst: str) -> None:

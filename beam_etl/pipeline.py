@@ -7,7 +7,16 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from beam_etl import images, metadata, objstore, progress, records, runners
-from beam_etl.transforms import REJECTS, AnalyzeStatistics, DropKeys, EncodeExamples, ListImages, WriteRejects, WriteShards, WriteShardsWithTFRecordIO
+from beam_etl.transforms import (
+    REJECTS,
+    DropKeys,
+    EncodeExamples,
+    ListImages,
+    SummarizeTraining,
+    WriteRejects,
+    WriteShards,
+    WriteShardsWithTFRecordIO,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,28 +41,31 @@ class ConvertConfig:
     filesystem_flags: tuple = ()  # the Beam flags FileSystems needs in every process (S3 endpoint, keys)
     reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
     encode_processes: int = 0  # >1: decode, encode and write shards in that many processes beside the Beam worker (DirectRunner)
+    transform_helper: tuple = ()  # (folder, pid) of transform_helper on this machine, or () to write the graph at publish
 
     def options_json(self) -> dict:
         """The options as recorded in dataset.json."""
         out = dataclasses.asdict(self)
         out.update(dataclasses.asdict(self.policy))
         del out["policy"], out["label_names"], out["encode_processes"], out["reads_in_flight"]  # speed, not content
+        del out["transform_helper"]
         del out["filesystem_flags"]  # where, not what; and it may hold keys
         out["inputs"] = list(self.inputs)
         return out
 
 
 class _PublishFn(beam.DoFn):
-    """Runs once, after everything else: checks the counts, then publishes atomically."""
+    """Runs once, after everything else: checks the counts, writes the transform graph, publishes atomically."""
 
-    def __init__(self, config: ConvertConfig, staging: str, work: str):
-        self.config, self.staging, self.work = config, staging, work  # work: where tf.Transform wrote
+    def __init__(self, config: ConvertConfig, staging: str):
+        self.config, self.staging = config, staging
 
     def setup(self):
         objstore.configure(self.config.filesystem_flags, [self.config.output])  # in a worker of its own, too
 
-    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, analysis_done, rejects_done):
-        from beam_etl import analyze
+    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, summary, rejects_done):
+        import shutil
+        import tempfile
 
         config = self.config
         removed = reject_counts.get(images.DUPLICATE, 0)  # asked for with --dedup: not a failure
@@ -63,25 +75,32 @@ class _PublishFn(beam.DoFn):
         except metadata.TooManyRejects:
             metadata.move_rejects(self.staging, config.output)  # so the user can see why
             raise
-        analysis = FileSystems.join(self.work, "analysis")
-        statistics = analyze.read_statistics(analysis, config.policy.channels)
-        document = metadata.build(
-            options=config.options_json(),
-            label_names=config.label_names,
-            shards=shards,
-            label_counts=label_counts,
-            reject_counts=reject_counts,
-            inputs=inputs,
-            fingerprint=fingerprint,
-            statistics=statistics,
-            leaks=leaks,
-            duplicates=duplicates,
-            workers=runners.checked_in(runners.checkin_folder(self.staging)),
-        )
-        metadata.publish(self.staging, config.output, document, analysis)
+        # TensorFlow's only import in the job, on local disk: TF has no s3://, and on a bucket its
+        # client is the one writer that can take a process down.
+        from beam_etl import analyze, transform_helper
+
+        work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
+        try:
+            analysis = transform_helper.hand_over(*config.transform_helper, summary) if config.transform_helper else None
+            if analysis is None:  # no helper, or it failed: write it here
+                analysis = analyze.write_transform(work, config.label_names, config.policy.channels, summary)
+            document = metadata.build(
+                options=config.options_json(),
+                label_names=config.label_names,
+                shards=shards,
+                label_counts=label_counts,
+                reject_counts=reject_counts,
+                inputs=inputs,
+                fingerprint=fingerprint,
+                statistics=analyze.read_statistics(analysis, config.policy.channels),
+                leaks=leaks,
+                duplicates=duplicates,
+                workers=runners.checked_in(runners.checkin_folder(self.staging)),
+            )
+            metadata.publish(self.staging, config.output, document, analysis)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         objstore.delete_tree(self.staging)
-        if self.work != self.staging:
-            objstore.delete_tree(self.work)  # the local tf.Transform folder
         metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document
 
@@ -159,17 +178,13 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     rejects = encoded[REJECTS] if dropped_rows is None else (encoded[REJECTS], dropped_rows) | "AllRejects" >> beam.Flatten()
     reject_counts = rejects | "Reason" >> beam.Map(lambda row: row["reason"]) | "CountReasons" >> beam.combiners.Count.PerElement()
     rejects_written = rejects | "WriteRejects" >> WriteRejects(FileSystems.join(staging, metadata.REJECTED_JSONL))
-    # tf.Transform's folder: beside the shards, or on local disk when they go to a bucket.
-    work = objstore.analysis_folder(config.output, progress.is_direct(p.options)) or staging
-    analysis = facts | "AnalyzeStatistics" >> AnalyzeStatistics(
-        config.label_names, config.policy.channels, FileSystems.join(work, "analysis"), FileSystems.join(work, "tft_tmp")
-    )
+    summary = facts | "SummarizeTraining" >> SummarizeTraining(config.policy.channels)
     _ = (
         p
         | "Once" >> beam.Create([None])
         | "Publish"
         >> beam.ParDo(
-            _PublishFn(config, staging, work),
+            _PublishFn(config, staging),
             shards=beam.pvalue.AsList(shards),
             label_counts=beam.pvalue.AsList(label_counts),
             reject_counts=beam.pvalue.AsDict(reject_counts),
@@ -177,7 +192,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             fingerprint=beam.pvalue.AsSingleton(fingerprint),
             leaks=beam.pvalue.AsList(leaks),
             duplicates=beam.pvalue.AsList(duplicates),
-            analysis_done=beam.pvalue.AsList(analysis),
+            summary=beam.pvalue.AsSingleton(summary),
             rejects_done=beam.pvalue.AsList(rejects_written),
         )
     )

@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import chunks, objstore, progress, readahead, records, runners, sharding, sources, tfrecord, workpool
+from beam_etl import chunks, objstore, progress, readahead, records, runners, sharding, sources, tfrecord, trainstats, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = progress.NAMESPACE
@@ -344,39 +344,39 @@ class WriteRejects(beam.PTransform):
         )
 
 
-def _tft_row(facts):
-    import numpy as np
+class _TrainingStatsFn(beam.CombineFn):
+    """Facts of the training split to trainstats' summary: label counts and pixel means."""
 
-    return {
-        "label_text": facts.label_text,
-        "pixel_mean": np.asarray(facts.pixel_mean, dtype=np.float32),
-        "pixel_sq_mean": np.asarray(facts.pixel_sq_mean, dtype=np.float32),
-    }
+    def __init__(self, channels: int):
+        self.channels = channels
+
+    def create_accumulator(self):
+        return trainstats.empty(self.channels)
+
+    def add_input(self, acc, facts):
+        return trainstats.add(acc, facts.label_text, facts.pixel_mean, facts.pixel_sq_mean)
+
+    def merge_accumulators(self, accs):
+        return trainstats.merge(accs, self.channels)
+
+    def extract_output(self, acc):
+        return trainstats.finish(acc)
 
 
-class AnalyzeStatistics(beam.PTransform):
-    """Training-split Facts to the tf.Transform output (transform_fn/, transformed_metadata/)."""
+class SummarizeTraining(beam.PTransform):
+    """Facts to one summary of the training split, for the transform graph written at publish."""
 
-    def __init__(self, label_names, channels, output_dir, temp_dir):
+    def __init__(self, channels: int):
         super().__init__()
-        self.label_names, self.channels = list(label_names), channels
-        self.output_dir, self.temp_dir = output_dir, temp_dir
+        self.channels = channels
 
     def expand(self, facts):
-        import tensorflow_transform.beam as tft_beam
-        from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
-
-        from beam_etl import analyze
-
-        metadata = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(analyze.raw_feature_spec(self.channels)))
-        rows = (
+        return (
             facts
             | "Train" >> beam.Filter(lambda f: f.split == "train")
-            | "Row" >> beam.Map(_tft_row)
+            | "Combine" >> beam.CombineGlobally(_TrainingStatsFn(self.channels))
+            # one dict: trainstats.finish
         )
-        with tft_beam.Context(temp_dir=self.temp_dir, force_tf_compat_v1=False):
-            transform_fn = (rows, metadata) | "Analyze" >> tft_beam.AnalyzeDataset(analyze.make_preprocessing_fn(self.label_names))
-            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self.output_dir)
 
 
 class _DescribeShardFn(beam.DoFn):

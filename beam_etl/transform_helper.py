@@ -1,0 +1,110 @@
+"""The transform graph, prepared beside the job on the launcher's machine.
+
+Importing TensorFlow and tf.Transform takes 3-4 s of one core, and the graph needs only the
+training split's summary, known at the end. On the DirectRunner a helper process imports them
+while the job runs, then waits for the summary that the publish step hands over in a local
+folder, and writes the graph (0.2 s). Elsewhere (Flink, Dataflow) the publishing worker
+writes the graph itself.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SUMMARY = "summary.json"
+DONE = "done.json"  # {"analysis": path} or {"error": text}
+
+
+def start(label_names, channels: int):
+    """Start the helper; returns (folder, pid). Stop it with stop_all()."""
+    folder = tempfile.mkdtemp(prefix="beam-etl-transform-")
+    argv = [sys.executable, "-m", "beam_etl.transform_helper", folder, json.dumps(list(label_names)), str(channels)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    with open(os.path.join(folder, "helper.log"), "wb") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    _STARTED[folder] = proc
+    return folder, proc.pid
+
+
+_STARTED = {}
+
+
+def stop_all() -> None:
+    """End every helper this process started (done or not) and remove its folder."""
+    import shutil
+
+    while _STARTED:
+        folder, proc = _STARTED.popitem()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (an exited child its parent has not reaped yet)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (FileNotFoundError, IndexError):
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+
+def _write_json(path: str, value) -> None:
+    with open(path + ".partial", "w", encoding="utf-8") as f:
+        json.dump(value, f)
+    os.replace(path + ".partial", path)  # the reader sees all of it or nothing
+
+
+def hand_over(folder: str, pid: int, summary: dict, timeout_s: float = 600.0):
+    """Give the helper the summary; returns the analysis folder it wrote, or None if it could not."""
+    _write_json(os.path.join(folder, SUMMARY), summary)
+    done = os.path.join(folder, DONE)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if os.path.exists(done):
+            with open(done, encoding="utf-8") as f:
+                return json.load(f).get("analysis")
+        if not _alive(pid) and not os.path.exists(done):
+            return None
+        time.sleep(0.02)
+    return None
+
+
+def wait_for_summary(folder: str, parent: int) -> dict:
+    """In the helper: block until the summary is handed over; exit when the launcher is gone."""
+    path = os.path.join(folder, SUMMARY)
+    while not os.path.exists(path):
+        if os.getppid() != parent:
+            os._exit(1)  # the launcher died: nobody will read what this would write
+        time.sleep(0.02)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def main(argv) -> int:
+    folder, labels, channels = argv[0], json.loads(argv[1]), int(argv[2])
+    from beam_etl import analyze
+
+    try:
+        analysis = analyze.write_transform(folder, labels, channels, (folder, os.getppid()))
+    except Exception as e:  # noqa: BLE001 - the publishing worker then writes the graph itself
+        _write_json(os.path.join(folder, DONE), {"error": f"{type(e).__name__}: {e}"})
+        return 1
+    _write_json(os.path.join(folder, DONE), {"analysis": analysis})
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    os._exit(code)  # TensorFlow with Beam can crash in the interpreter's final collection (cli.run)
