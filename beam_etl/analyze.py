@@ -72,16 +72,11 @@ def make_preprocessing_fn(label_names, summary: dict):
 def write_transform(folder: str, label_names, channels: int, summary) -> str:
     """Write transform_fn/ and transformed_metadata/ under the local `folder`; returns their parent.
 
-    `summary` is trainstats' dict, or (folder, parent) to wait for it (transform_helper): the
-    imports are then done before it arrives. The label vocabulary and the frequencies (exact
-    counts) are assets beside the graph, in tf.Transform's vocabulary formats.
+    `summary` is trainstats' dict. The label vocabulary and the frequencies (exact counts) are
+    assets beside the graph, in tf.Transform's vocabulary formats.
     """
     from tensorflow_transform import impl_helper
 
-    if isinstance(summary, (tuple, list)):
-        from beam_etl import transform_helper
-
-        summary = transform_helper.wait_for_summary(*summary)
     output = os.path.join(folder, "analysis")
     specs = raw_feature_spec(channels)
     type_specs = {name: tf.TensorSpec([None, *spec.shape], spec.dtype) for name, spec in specs.items()}

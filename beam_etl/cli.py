@@ -260,16 +260,31 @@ def convert(args, beam_args) -> int:
     """Run one conversion; returns the exit code."""
     from beam_etl import transform_helper
 
+    # Before Beam's import: TensorFlow's start-up then overlaps all of the launcher's.
+    helper = transform_helper.start() if _direct_runner(beam_args) else ()
     try:
-        return _convert(args, beam_args)
+        return _convert(args, beam_args, helper)
     finally:
         transform_helper.stop_all()  # done, or its job failed: either way, no process outlives the command
 
 
-def _convert(args, beam_args) -> int:
+def _direct_runner(beam_args) -> bool:
+    """--runner is absent or names the DirectRunner: the publish step runs on this machine."""
+    runner = ""
+    for i, arg in enumerate(beam_args):
+        if arg.startswith("--runner="):
+            runner = arg.partition("=")[2]
+        elif arg == "--runner" and i + 1 < len(beam_args):
+            runner = beam_args[i + 1]
+    from beam_etl import progress  # no Beam import at its top
+
+    return not runner or runner.split(".")[-1] in progress.DIRECT_RUNNERS
+
+
+def _convert(args, beam_args, helper) -> int:
     import apache_beam as beam
 
-    from beam_etl import objstore, pipeline, progress, report, runners, sources, transform_helper, transforms, workpool
+    from beam_etl import objstore, pipeline, progress, report, runners, sources, transforms, workpool
 
     started = time.time()
     try:
@@ -287,8 +302,8 @@ def _convert(args, beam_args) -> int:
         _prepare_output(config, args.overwrite)
         if config.encode_processes > 1:
             workpool.warm(config.encode_processes)  # their start-up overlaps Beam's
-        if progress.is_direct(options):  # the publish step runs on this machine: TensorFlow's start-up overlaps the job
-            config = dataclasses.replace(config, transform_helper=transform_helper.start(config.label_names, config.policy.channels))
+        if helper and progress.is_direct(options):  # started in convert(): the publish step runs on this machine
+            config = dataclasses.replace(config, transform_helper=helper)
     except Unchanged as e:
         print(f"beam-etl: {e}")
         return 0

@@ -81,7 +81,9 @@ class _PublishFn(beam.DoFn):
 
         work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
         try:
-            analysis = transform_helper.hand_over(*config.transform_helper, summary) if config.transform_helper else None
+            analysis = None
+            if config.transform_helper:
+                analysis = transform_helper.hand_over(*config.transform_helper, config.label_names, config.policy.channels, summary)
             if analysis is None:  # no helper, or it failed: write it here
                 analysis = analyze.write_transform(work, config.label_names, config.policy.channels, summary)
             document = metadata.build(

@@ -280,8 +280,11 @@ def direct_mode(options):
     return options.view_as(DirectOptions).direct_running_mode or "in_memory"
 
 
+DIRECT_RUNNERS = ("DirectRunner", "direct", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+
+
 def is_direct(options) -> bool:
     from apache_beam.options.pipeline_options import StandardOptions
 
     runner = options.view_as(StandardOptions).runner
-    return runner is None or str(runner).split(".")[-1] in ("DirectRunner", "direct", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+    return runner is None or str(runner).split(".")[-1] in DIRECT_RUNNERS

@@ -18,10 +18,10 @@ SUMMARY = "summary.json"
 DONE = "done.json"  # {"analysis": path} or {"error": text}
 
 
-def start(label_names, channels: int):
+def start():
     """Start the helper; returns (folder, pid). Stop it with stop_all()."""
     folder = tempfile.mkdtemp(prefix="beam-etl-transform-")
-    argv = [sys.executable, "-m", "beam_etl.transform_helper", folder, json.dumps(list(label_names)), str(channels)]
+    argv = [sys.executable, "-m", "beam_etl.transform_helper", folder]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     with open(os.path.join(folder, "helper.log"), "wb") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -65,9 +65,9 @@ def _write_json(path: str, value) -> None:
     os.replace(path + ".partial", path)  # the reader sees all of it or nothing
 
 
-def hand_over(folder: str, pid: int, summary: dict, timeout_s: float = 600.0):
+def hand_over(folder: str, pid: int, label_names, channels: int, summary: dict, timeout_s: float = 600.0):
     """Give the helper the summary; returns the analysis folder it wrote, or None if it could not."""
-    _write_json(os.path.join(folder, SUMMARY), summary)
+    _write_json(os.path.join(folder, SUMMARY), {"label_names": list(label_names), "channels": channels, "summary": summary})
     done = os.path.join(folder, DONE)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -81,7 +81,7 @@ def hand_over(folder: str, pid: int, summary: dict, timeout_s: float = 600.0):
 
 
 def wait_for_summary(folder: str, parent: int) -> dict:
-    """In the helper: block until the summary is handed over; exit when the launcher is gone."""
+    """In the helper: block until hand_over's summary arrives; exit when the launcher is gone."""
     path = os.path.join(folder, SUMMARY)
     while not os.path.exists(path):
         if os.getppid() != parent:
@@ -92,11 +92,12 @@ def wait_for_summary(folder: str, parent: int) -> dict:
 
 
 def main(argv) -> int:
-    folder, labels, channels = argv[0], json.loads(argv[1]), int(argv[2])
-    from beam_etl import analyze
+    folder, parent = argv[0], os.getppid()
+    from beam_etl import analyze  # TensorFlow: the slow part, done while the job runs
 
+    handed = wait_for_summary(folder, parent)
     try:
-        analysis = analyze.write_transform(folder, labels, channels, (folder, os.getppid()))
+        analysis = analyze.write_transform(folder, handed["label_names"], handed["channels"], handed["summary"])
     except Exception as e:  # noqa: BLE001 - the publishing worker then writes the graph itself
         _write_json(os.path.join(folder, DONE), {"error": f"{type(e).__name__}: {e}"})
         return 1

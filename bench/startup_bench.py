@@ -28,10 +28,10 @@ def first_record(patterns) -> bool:
     return any(os.path.getsize(p) > 0 for pattern in patterns for p in glob.glob(pattern) if os.path.isfile(p))
 
 
-def run_once(argv, patterns, log):
+def run_once(argv, patterns, log, cwd=ROOT):
     started = time.perf_counter()
     with open(log, "wb") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
         first = None
         while True:
             pid, status, usage = os.wait4(child.pid, os.WNOHANG)
@@ -53,6 +53,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--num_shards", type=int, default=2)
     p.add_argument("--scratch", default="/tmp/startup_bench")
+    p.add_argument("--compare_to", help="also run `beam-etl convert` from this checkout of another commit (`git worktree add DIR REV`)")
     args = p.parse_args(argv)
     shutil.rmtree(args.scratch, ignore_errors=True)
     photos = os.path.join(args.scratch, "photos")
@@ -67,17 +68,22 @@ def main(argv=None):
                                                           "--output", out, "--num_shards", str(args.num_shards)],
                                                          [os.path.join(out, "*.tfrecord")]),
     }
+    cwd = {name: ROOT for name in configs}
+    if args.compare_to:
+        name = f"beam-etl convert at {os.path.basename(args.compare_to.rstrip('/'))}"
+        configs = {name: configs["beam-etl convert"], **configs}
+        cwd[name] = args.compare_to
     results = {name: [] for name in configs}
     for rep in range(args.reps):
         for name in (list(configs) if rep % 2 == 0 else list(configs)[::-1]):
             shutil.rmtree(out, ignore_errors=True)
             argv_, patterns = configs[name]
-            r = run_once(argv_, patterns, os.path.join(args.scratch, "log.txt"))
+            r = run_once(argv_, patterns, os.path.join(args.scratch, "log.txt"), cwd[name])
             results[name].append(r)
             print(f"# rep {rep + 1} {name:48} first {r['first']:5.2f}s wall {r['wall']:5.2f}s cpu {r['cpu']:5.2f}s left {r['left']}",
                   flush=True)
     shutil.rmtree(args.scratch, ignore_errors=True)
-    base = statistics.median(r["wall"] for r in results[list(configs)[1]])
+    base = statistics.median(r["wall"] for r in results[list(configs)[-1]])
     print(f"\n{args.count} photos, {args.num_shards} shards, {args.reps} interleaved reps, medians\n")
     print("| command | first record s | wall s | CPU s | wall / script | processes left at exit (max) |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -13,9 +13,9 @@ SUMMARY = {"examples": 3, "pixel_mean": [1.0], "pixel_sq_mean": [2.0], "label_co
 
 
 def test_the_helper_writes_the_graph_it_is_handed_the_summary_for():
-    folder, pid = transform_helper.start(["a", "b"], 1)
+    folder, pid = transform_helper.start()
     try:
-        analysis = transform_helper.hand_over(folder, pid, SUMMARY, timeout_s=300)
+        analysis = transform_helper.hand_over(folder, pid, ["a", "b"], 1, SUMMARY, timeout_s=300)
         assert analysis == os.path.join(folder, "analysis")
         assert os.path.exists(os.path.join(analysis, "transform_fn", "saved_model.pb"))
         with open(os.path.join(analysis, "transform_fn", "assets", "label_frequency")) as f:
@@ -28,9 +28,9 @@ def test_the_helper_writes_the_graph_it_is_handed_the_summary_for():
 
 
 def test_a_dead_helper_is_noticed_and_the_caller_writes_the_graph_itself():
-    folder, pid = transform_helper.start(["a", "b"], 1)
+    folder, pid = transform_helper.start()
     try:
         os.kill(pid, signal.SIGKILL)
-        assert transform_helper.hand_over(folder, pid, SUMMARY, timeout_s=300) is None  # at once, not after the timeout
+        assert transform_helper.hand_over(folder, pid, ["a", "b"], 1, SUMMARY, timeout_s=300) is None  # at once, not after the timeout
     finally:
         transform_helper.stop_all()
