@@ -37,7 +37,7 @@ def _convert_parser(sub):
     p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: staged, on every runner (it reads each staged byte once and shuffles no payloads); tfrecordio: beam.io.WriteToTFRecord (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
-    p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here), 0 elsewhere: Dataflow and Flink already run one worker per core")
+    p.add_argument("--encode_processes", default="auto", help="processes that decode and encode images, then write shards, beside each Beam worker; auto: every core on the DirectRunner's in_memory mode (its default here) for a job of 1,000 inputs or more, 0 for a smaller one (the pool's start costs more than it saves) and elsewhere: Dataflow and Flink already run one worker per core")
     p.add_argument("--reads_in_flight", type=int, default=16, help="reads kept ahead of the decode in each worker, so an object store's 10-50 ms per request overlaps other work; 1 reads one image at a time")
     p.add_argument("--worker_start_timeout", default="auto", help="seconds to wait for the first SDK worker process to run a bundle before failing the job; auto: 120 for EXTERNAL, PROCESS, LOOPBACK and DOCKER environments (a worker pool), 600 on a job server (Flink: longer than Flink takes to restart a job whose worker died), off on the DirectRunner and Dataflow; 0 waits forever")
     p.add_argument("--progress", choices=("auto", "bar", "log", "none"), default="auto", help="DirectRunner progress: auto is a bar on a terminal, log lines otherwise")
@@ -118,12 +118,18 @@ def _pipeline_options(beam_args):
     return options
 
 
-def _encode_processes(value: str, options) -> int:
+# Below this many inputs `auto` encodes in the Beam worker: starting the pool (a forkserver that
+# imports Beam and Pillow, then a process per core) costs more than it saves (BENCHMARKS §13).
+SMALL_JOB = 1000
+
+
+def _encode_processes(value: str, options, listed: int = SMALL_JOB) -> int:
     """--encode_processes: auto is every core on the DirectRunner's in_memory mode, else 0.
 
     The DirectRunner's default, one in_memory worker plus this pool, uses every core with no
     gRPC hop per image; multi_threading is bound by the GIL and multi_processing copies the
-    job into every worker (docs/BENCHMARKS.md).
+    job into every worker (docs/BENCHMARKS.md). listed: the inputs the early check found
+    (capped); a smaller job than SMALL_JOB gets no pool.
     """
     from beam_etl import progress, workpool
 
@@ -135,7 +141,8 @@ def _encode_processes(value: str, options) -> int:
         if processes < 0:
             raise ValueError(f"--encode_processes must be 0 or more, got {processes}")
         return processes
-    return workpool.cores() if progress.direct_mode(options) == "in_memory" and workpool.cores() > 1 else 0
+    pool = progress.direct_mode(options) == "in_memory" and workpool.cores() > 1 and listed >= SMALL_JOB
+    return workpool.cores() if pool else 0
 
 
 def _writer(args, beam_args) -> str:
@@ -186,7 +193,7 @@ def _config(args, beam_args=()):
     if args.write_index and args.compression != "none":
         raise ValueError(f"--write_index needs --compression none: DALI indexes only uncompressed TFRecords, and --compression is {args.compression}")
     policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels, pixel_hash=args.dedup)
-    sources.check_inputs(args.input, labels)
+    listed = sources.check_inputs(args.input, labels)
     label_names = sorted(labels) if labels is not None else sources.label_names(args.input)
     if not label_names:
         raise sources.InputError(f"no labels found in {args.input}; expected ROOT/<label>/<image> folders or a manifest with a label column")
@@ -207,6 +214,7 @@ def _config(args, beam_args=()):
         write_index=args.write_index,
         dedup=args.dedup,
         reads_in_flight=args.reads_in_flight,
+        listed_inputs=listed,
     )
 
 
@@ -294,9 +302,10 @@ def _convert(args, beam_args, helper) -> int:
             runners.name_job(options)  # before beam.Pipeline copies the options: the job is found by it
         start_timeout = runners.start_timeout(options, args.worker_start_timeout)
         objstore.configure(beam_args, [*args.input, args.output])  # before the first bucket call
+        config = _config(args, beam_args)
         config = dataclasses.replace(
-            _config(args, beam_args),
-            encode_processes=_encode_processes(args.encode_processes, options),
+            config,
+            encode_processes=_encode_processes(args.encode_processes, options, config.listed_inputs),
             filesystem_flags=tuple(beam_args),
         )
         _prepare_output(config, args.overwrite)

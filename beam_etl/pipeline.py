@@ -41,6 +41,7 @@ class ConvertConfig:
     filesystem_flags: tuple = ()  # the Beam flags FileSystems needs in every process (S3 endpoint, keys)
     reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
     encode_processes: int = 0  # >1: decode, encode and write shards in that many processes beside the Beam worker (DirectRunner)
+    listed_inputs: int = 0  # inputs the launcher's early check found, capped (sources.check_inputs): sizes the pool
     transform_helper: tuple = ()  # (folder, pid) of transform_helper on this machine, or () to write the graph at publish
 
     def options_json(self) -> dict:
@@ -48,7 +49,7 @@ class ConvertConfig:
         out = dataclasses.asdict(self)
         out.update(dataclasses.asdict(self.policy))
         del out["policy"], out["label_names"], out["encode_processes"], out["reads_in_flight"]  # speed, not content
-        del out["transform_helper"]
+        del out["transform_helper"], out["listed_inputs"]
         del out["filesystem_flags"]  # where, not what; and it may hold keys
         out["inputs"] = list(self.inputs)
         return out

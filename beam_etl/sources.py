@@ -154,21 +154,27 @@ def read_manifest(uri: str):
         yield from parse_manifest(uri, io.TextIOWrapper(raw, encoding="utf-8", newline=""))
 
 
-def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequence[str]] = None):
-    """Fail fast, before any pipeline starts, on a missing or empty input or a bad manifest."""
+def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequence[str]] = None) -> int:
+    """Fail fast, before any pipeline starts, on a missing or empty input or a bad manifest.
+
+    Returns the inputs seen on the way: manifest rows, and files listed, at most _CHECK_LIMIT
+    per folder or glob, so a lower bound of the job's size.
+    """
     if not uris:
         raise InputError("no --input given; pass a folder, a glob or a .csv/.jsonl manifest")
+    seen = 0
     for uri in uris:
         source = classify(uri)
         try:
             objstore.check_bucket(uri)  # a missing bucket or no access, said as such
             with objstore.explained(uri):
                 if source.kind == "manifest":
-                    _check_manifest(uri, labels)
+                    seen += _check_manifest(uri, labels)
                 else:
-                    _check_has_images(source)
+                    seen += _check_has_images(source)
         except objstore.StorageError as e:
             raise InputError(str(e)) from None
+    return seen
 
 
 def _check_manifest(uri: str, labels) -> None:
@@ -181,6 +187,7 @@ def _check_manifest(uri: str, labels) -> None:
             raise InputError(f"--input {uri}: row {ref.key!r} has label {ref.label!r}, which is not in --labels")
     if not count:
         raise InputError(f"--input {uri}: the manifest has no rows")
+    return count
 
 
 # The early check lists at most this many files looking for one that may be an image. Past it
@@ -188,8 +195,8 @@ def _check_manifest(uri: str, labels) -> None:
 _CHECK_LIMIT = 10_000
 
 
-def _check_has_images(source: Source) -> None:
-    """A folder, prefix or glob that holds at least one file that may be an image."""
+def _check_has_images(source: Source) -> int:
+    """A folder, prefix or glob that holds at least one file that may be an image; returns the files listed."""
     from beam_etl.images import may_be_image_name  # images is Pillow-only; no cycle
 
     uri = source.uri
@@ -198,7 +205,7 @@ def _check_has_images(source: Source) -> None:
     listed = FileSystems.match([source.pattern], limits=[_CHECK_LIMIT])[0].metadata_list
     files = [m.path for m in listed if not is_folder_marker(m.path) and not is_hidden(ref_from_path(source, m.path, 0).key)]
     if any(may_be_image_name(path) for path in files):
-        return
+        return len(files)
     where = "no files match it" if source.kind == "glob" else "no files found under it"
     if objstore.scheme(uri) and source.kind == "folder":
         where = "nothing under this prefix (object stores have no folders: a prefix exists only while it holds objects)"
@@ -211,6 +218,7 @@ def _check_has_images(source: Source) -> None:
             f"--input {uri}: no images under it: {len(files)} files, none named as an image (first: {files[0]}); "
             "point --input at the images, or list them in a .csv/.jsonl manifest"
         )
+    return len(files)  # none of the first _CHECK_LIMIT is named as an image: the encode judges them
 
 
 def is_folder_marker(path: str) -> bool:

@@ -53,6 +53,7 @@ def main(argv=None):
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--num_shards", type=int, default=2)
     p.add_argument("--scratch", default="/tmp/startup_bench")
+    p.add_argument("--also", action="append", default=[], help="also run `beam-etl convert` with these extra flags, e.g. '--encode_processes 2'; repeatable")
     p.add_argument("--compare_to", help="also run `beam-etl convert` from this checkout of another commit (`git worktree add DIR REV`)")
     args = p.parse_args(argv)
     shutil.rmtree(args.scratch, ignore_errors=True)
@@ -68,6 +69,9 @@ def main(argv=None):
                                                           "--output", out, "--num_shards", str(args.num_shards)],
                                                          [os.path.join(out, "*.tfrecord")]),
     }
+    for flags in args.also:
+        argv_, patterns = configs["beam-etl convert"]
+        configs = {f"beam-etl convert {flags}": (argv_ + flags.split(), patterns), **configs}
     cwd = {name: ROOT for name in configs}
     if args.compare_to:
         name = f"beam-etl convert at {os.path.basename(args.compare_to.rstrip('/'))}"

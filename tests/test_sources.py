@@ -90,6 +90,20 @@ def test_check_inputs(tmp_path):
         sources.check_inputs([])
 
 
+def test_check_inputs_counts_what_it_saw(tmp_path, monkeypatch):
+    for i in range(7):
+        (tmp_path / "imgs" / f"c{i % 2}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "imgs" / f"c{i % 2}" / f"{i}.jpg").write_bytes(b"x")
+    (tmp_path / "imgs" / "c0" / ".DS_Store").write_bytes(b"x")  # hidden: not an input
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("a.jpg,cat\nb.jpg,dog\n")
+    assert sources.check_inputs([str(tmp_path / "imgs")]) == 7
+    assert sources.check_inputs([str(tmp_path / "imgs"), str(manifest)]) == 9
+    (tmp_path / "imgs" / "c0" / ".DS_Store").unlink()
+    monkeypatch.setattr(sources, "_CHECK_LIMIT", 3)  # a big folder: the listing stops early, a lower bound
+    assert sources.check_inputs([str(tmp_path / "imgs")]) == 3
+
+
 def test_label_names_from_folders_and_manifests(tmp_path):
     for rel in ["train/cat/1.jpg", "train/dog/2.jpg", "validation/eel/3.jpg", ".hidden/x.jpg"]:
         (tmp_path / "root" / rel).parent.mkdir(parents=True, exist_ok=True)

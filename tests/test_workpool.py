@@ -68,6 +68,16 @@ def test_encode_processes_auto_is_every_core_only_on_the_in_memory_direct_runner
             cli._encode_processes(bad, cli._pipeline_options([]))
 
 
+def test_a_small_job_gets_no_pool_unless_asked_for():
+    from beam_etl import cli
+
+    options = cli._pipeline_options([])
+    expected = workpool.cores() if workpool.cores() > 1 else 0
+    assert cli._encode_processes("auto", options, listed=cli.SMALL_JOB - 1) == 0
+    assert cli._encode_processes("auto", options, listed=cli.SMALL_JOB) == expected
+    assert cli._encode_processes("2", options, listed=10) == 2  # asked for: honoured
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process states from /proc")
 def test_workers_leave_when_the_launcher_is_killed(tmp_path):
     # A real launcher process: it starts a pool, reports the pids, then SIGKILLs itself.
