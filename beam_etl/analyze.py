@@ -12,32 +12,14 @@ import tensorflow_transform as tft
 
 from beam_etl import trainstats
 
-LABEL_VOCABULARY = "label"
-FREQUENCY_VOCABULARY = "label_frequency"
+LABEL_VOCABULARY = trainstats.LABEL_VOCABULARY
+FREQUENCY_VOCABULARY = trainstats.FREQUENCY_VOCABULARY
 
 
 def raw_feature_spec(channels: int) -> dict:
-    """The transform graph's inputs: an image's label and its per-channel pixel mean and mean square."""
-    return {
-        "label_text": tf.io.FixedLenFeature([], tf.string),
-        "pixel_mean": tf.io.FixedLenFeature([channels], tf.float32),
-        "pixel_sq_mean": tf.io.FixedLenFeature([channels], tf.float32),
-    }
-
-
-def transform_contract(channels: int) -> dict:
-    """The inputs and outputs of the transform graph, as written into dataset.json."""
-    return {
-        "inputs": {name: {"dtype": spec.dtype.name, "shape": list(spec.shape)} for name, spec in raw_feature_spec(channels).items()},
-        "outputs": {
-            "label": {"dtype": "int64", "shape": []},
-            "channel_mean": {"dtype": "float32", "shape": [channels]},
-            "channel_std": {"dtype": "float32", "shape": [channels]},
-        },
-        "vocabulary": LABEL_VOCABULARY,
-        "frequency_vocabulary": FREQUENCY_VOCABULARY,
-        "scale": "pixel values 0..255",
-    }
+    """The transform graph's inputs as TensorFlow feature specs (trainstats.transform_contract)."""
+    inputs = trainstats.transform_contract(channels)["inputs"]
+    return {name: tf.io.FixedLenFeature(spec["shape"], tf.as_dtype(spec["dtype"])) for name, spec in inputs.items()}
 
 
 def make_preprocessing_fn(label_names, summary: dict):
@@ -88,6 +70,12 @@ def write_transform(folder: str, label_names, channels: int, summary) -> str:
     asset_map = {name: name for name in (LABEL_VOCABULARY, FREQUENCY_VOCABULARY)}  # how TFTransformOutput finds them
     _write_lines(os.path.join(output, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR, "asset_map"), [json.dumps(asset_map)])
     return output
+
+
+def build(folder: str, label_names, channels: int, summary: dict):
+    """(the graph's folder, its statistics for dataset.json): written on local disk, then read back."""
+    output = write_transform(folder, label_names, channels, summary)
+    return output, read_statistics(output, channels)
 
 
 def _write_lines(path: str, lines) -> None:

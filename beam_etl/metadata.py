@@ -72,7 +72,7 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
     written = sum(s["examples"] for s in splits.values())
     if written + rejected != inputs:
         raise IncompleteDataset(f"{inputs} inputs but {written} written + {rejected} rejected: records were lost or duplicated")
-    from beam_etl import analyze  # imports TensorFlow: only once there is something to describe
+    from beam_etl import trainstats
 
     compression = options["compression"]
     return {
@@ -88,7 +88,7 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
         "tfrecord_compression": "GZIP" if compression == "gzip" else "",
         "splits": splits,
         "statistics": statistics,
-        "transform": analyze.transform_contract(options["channels"]),
+        "transform": trainstats.transform_contract(options["channels"]),
         "rejected": {"total": rejected, "by_reason": dict(sorted(reject_counts.items())), "file": REJECTED_JSONL},
         # Same stored bytes more than once; 'removed' are the ones --dedup dropped (same pixels).
         "duplicates": {"extra_copies": sum(duplicates), "removed": reject_counts.get("duplicate", 0)},

@@ -76,17 +76,18 @@ class _PublishFn(beam.DoFn):
         except metadata.TooManyRejects:
             metadata.move_rejects(self.staging, config.output)  # so the user can see why
             raise
-        # TensorFlow's only import in the job, on local disk: TF has no s3://, and on a bucket its
-        # client is the one writer that can take a process down.
-        from beam_etl import analyze, transform_helper
+        from beam_etl import transform_helper
 
         work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
         try:
-            analysis = None
+            built = None  # (the graph's folder, its statistics)
             if config.transform_helper:
-                analysis = transform_helper.hand_over(*config.transform_helper, config.label_names, config.policy.channels, summary)
-            if analysis is None:  # no helper, or it failed: write it here
-                analysis = analyze.write_transform(work, config.label_names, config.policy.channels, summary)
+                built = transform_helper.hand_over(*config.transform_helper, config.label_names, config.policy.channels, summary)
+            if built is None:  # no helper (Flink, Dataflow), or it failed: TensorFlow's only import, here
+                from beam_etl import analyze
+
+                built = analyze.build(work, config.label_names, config.policy.channels, summary)
+            analysis, statistics = built
             document = metadata.build(
                 options=config.options_json(),
                 label_names=config.label_names,
@@ -95,7 +96,7 @@ class _PublishFn(beam.DoFn):
                 reject_counts=reject_counts,
                 inputs=inputs,
                 fingerprint=fingerprint,
-                statistics=analyze.read_statistics(analysis, config.policy.channels),
+                statistics=statistics,
                 leaks=leaks,
                 duplicates=duplicates,
                 workers=runners.checked_in(runners.checkin_folder(self.staging)),

@@ -8,6 +8,28 @@ analyze.write_transform then bakes the result into the transform graph once, at 
 
 import math
 
+LABEL_VOCABULARY = "label"
+FREQUENCY_VOCABULARY = "label_frequency"
+
+
+def transform_contract(channels: int) -> dict:
+    """The inputs and outputs of the transform graph, as dataset.json records them (no TensorFlow needed)."""
+    return {
+        "inputs": {
+            "label_text": {"dtype": "string", "shape": []},
+            "pixel_mean": {"dtype": "float32", "shape": [channels]},
+            "pixel_sq_mean": {"dtype": "float32", "shape": [channels]},
+        },
+        "outputs": {
+            "label": {"dtype": "int64", "shape": []},
+            "channel_mean": {"dtype": "float32", "shape": [channels]},
+            "channel_std": {"dtype": "float32", "shape": [channels]},
+        },
+        "vocabulary": LABEL_VOCABULARY,
+        "frequency_vocabulary": FREQUENCY_VOCABULARY,
+        "scale": "pixel values 0..255",
+    }
+
 
 def empty(channels: int) -> dict:
     """The accumulator: images, per-channel sums of pixel_mean and pixel_sq_mean, label counts."""

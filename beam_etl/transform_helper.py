@@ -15,7 +15,7 @@ import tempfile
 import time
 
 SUMMARY = "summary.json"
-DONE = "done.json"  # {"analysis": path} or {"error": text}
+DONE = "done.json"  # {"analysis": path, "statistics": {...}} or {"error": text}
 
 
 def start():
@@ -66,14 +66,15 @@ def _write_json(path: str, value) -> None:
 
 
 def hand_over(folder: str, pid: int, label_names, channels: int, summary: dict, timeout_s: float = 600.0):
-    """Give the helper the summary; returns the analysis folder it wrote, or None if it could not."""
+    """Give the helper the summary; returns (the graph's folder, its statistics), or None if it could not."""
     _write_json(os.path.join(folder, SUMMARY), {"label_names": list(label_names), "channels": channels, "summary": summary})
     done = os.path.join(folder, DONE)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if os.path.exists(done):
             with open(done, encoding="utf-8") as f:
-                return json.load(f).get("analysis")
+                result = json.load(f)
+            return (result["analysis"], result["statistics"]) if "analysis" in result else None
         if not _alive(pid) and not os.path.exists(done):
             return None
         time.sleep(0.02)
@@ -97,11 +98,11 @@ def main(argv) -> int:
 
     handed = wait_for_summary(folder, parent)
     try:
-        analysis = analyze.write_transform(folder, handed["label_names"], handed["channels"], handed["summary"])
+        analysis, statistics = analyze.build(folder, handed["label_names"], handed["channels"], handed["summary"])
     except Exception as e:  # noqa: BLE001 - the publishing worker then writes the graph itself
         _write_json(os.path.join(folder, DONE), {"error": f"{type(e).__name__}: {e}"})
         return 1
-    _write_json(os.path.join(folder, DONE), {"analysis": analysis})
+    _write_json(os.path.join(folder, DONE), {"analysis": analysis, "statistics": statistics})
     return 0
 
 
