@@ -8,12 +8,14 @@ writes the graph itself.
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
+_LOG = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 DONE = "done.json"  # {"analysis": path, "statistics": {...}} or {"error": text}
 
@@ -74,10 +76,15 @@ def hand_over(folder: str, pid: int, label_names, channels: int, summary: dict, 
         if os.path.exists(done):
             with open(done, encoding="utf-8") as f:
                 result = json.load(f)
-            return (result["analysis"], result["statistics"]) if "analysis" in result else None
+            if "analysis" in result:
+                return result["analysis"], result["statistics"]
+            _LOG.warning("the transform helper failed (%s); the publish step writes the graph itself", result.get("error"))
+            return None
         if not _alive(pid) and not os.path.exists(done):
+            _LOG.warning("the transform helper (pid %d) exited; the publish step writes the graph itself", pid)
             return None
         time.sleep(0.02)
+    _LOG.warning("the transform helper gave no graph in %.0f s; the publish step writes it itself", timeout_s)
     return None
 
 
