@@ -202,8 +202,44 @@ def _check_pixels(width: int, height: int, policy: Policy, what: str) -> None:
         raise Rejected(TOO_MANY_PIXELS, f"{width}x{height}{what} is over --max_pixels {policy.max_pixels}")
 
 
-def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
-    """Validate `data` by decoding it completely and return its canonical form; raise Rejected."""
+def _peek_orientation(im: Image.Image):
+    """The EXIF orientation read from the header bytes, on a copy; None when they don't parse.
+
+    On a copy, because Image.getexif() caches a half-parsed result after an error and would
+    then hide that error from the decode step's own call.
+    """
+    raw = im.info.get("exif")
+    if not raw:
+        return 1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exif = Image.Exif()
+            exif.load(raw)
+            return exif.get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - any parse failure: the full decode reports it, as before
+        return None
+
+
+def _scaled_decode_fits(im: Image.Image, source_format: str, policy: Policy, needs_resize: bool) -> bool:
+    """A JPEG that will pass through untouched: validating it needs no full-size pixels."""
+    return (
+        source_format == "jpeg"
+        and im.mode == ("RGB" if policy.channels == 3 else "L")
+        and not needs_resize
+        and not policy.pixel_hash  # --dedup keys on the full decode's pixels
+        and _peek_orientation(im) == 1
+    )
+
+
+def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) -> Canonical:
+    """Validate `data` by decoding it completely and return its canonical form; raise Rejected.
+
+    scaled: a JPEG that passes through is decoded at 1/8 scale (libjpeg's DCT scaling). libjpeg
+    still parses every marker and entropy-decodes every coefficient of every scan, so damage is
+    found as in a full decode (tests/test_scaled_decode.py proves the same verdicts over a
+    damaged corpus); it skips most of the IDCT, upsampling and colour conversion.
+    """
     im = _open(data, policy.max_pixels)
     source_format = (im.format or "unknown").lower()
     width, height = im.size
@@ -213,19 +249,26 @@ def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
             if count >= MAX_FRAMES:
                 raise Rejected(TOO_MANY_PIXELS, f"{source_format} declares over {MAX_FRAMES} frames or sub-images")
             _check_pixels(w, h, policy, f" ({what})")
+    needs_resize = bool(policy.max_side and max(width, height) > policy.max_side)
+    scaled = scaled and _scaled_decode_fits(im, source_format, policy, needs_resize)
     compression = im.info.get("compression")  # TIFF: a codec this build may lack (webp, jpeg2000)
     with _pillow(f"decode ({compression} compression)" if compression else "decode", source_format, policy.max_pixels):
-        im.load()  # a full decode: truncated and corrupt data fail here
+        if scaled:
+            im.draft(im.mode, (max(1, width // 8), max(1, height // 8)))
+        im.load()  # every scan decoded: truncated and corrupt data fail here
         orientation = im.getexif().get(0x0112, 1)
 
     target_mode = "RGB" if policy.channels == 3 else "L"
-    needs_resize = policy.max_side and max(width, height) > policy.max_side
     passthrough = (
         source_format == "jpeg"
         and im.mode == target_mode
         and orientation in (1, None)
         and not needs_resize
     )
+    if scaled and not passthrough:  # say, an orientation only XMP declared: it is re-encoded, at full size
+        with _pillow("decode", source_format, policy.max_pixels):
+            im = Image.open(io.BytesIO(data))
+            im.load()
     with _pillow("conversion", source_format, policy.max_pixels):
         if orientation not in (1, None):
             im = ImageOps.exif_transpose(im)  # animated inputs keep their first frame
@@ -251,8 +294,8 @@ def canonicalise(data: bytes, policy: Policy = Policy()) -> Canonical:
     return Canonical(
         data=out,
         format=fmt,
-        height=im.height,
-        width=im.width,
+        height=height if passthrough else im.height,  # a scaled decode's pixels are 1/8 of the stored size
+        width=width if passthrough else im.width,
         channels=policy.channels,
         source_format=source_format,
         passthrough=passthrough,
