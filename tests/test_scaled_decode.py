@@ -66,3 +66,24 @@ def test_what_is_re_encoded_or_deduplicated_keeps_the_full_decode():
         images.canonicalise(sources["baseline_420"], dedup, scaled=False).pixel_sha256
     resized = images.canonicalise(sources["baseline_420"], Policy(max_side=100), scaled=True)
     assert max(resized.height, resized.width) == 100 and not resized.passthrough
+
+
+def test_the_other_corpora_s_jpegs_get_the_same_verdicts(tmp_path):
+    """The robustness and hostile corpora (made by other generators: EXIF rotations, bombs, odd
+    headers), and their own damaged copies, through both paths."""
+    from tests import corpus, hostile
+
+    corpus.robustness_corpus(tmp_path)
+    files = [p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()]
+    files += [data for data, _ in hostile.cases().values()]
+    jpegs = [data for data in files if data[:3] == b"\xff\xd8\xff"]
+    assert len(jpegs) >= 10
+    variants = []
+    for data in jpegs:
+        variants.append(data)
+        variants += [data[: len(data) * p // 10] for p in range(1, 10)]
+        variants += [data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :] for i in range(2, len(data), max(1, len(data) // 15))]
+    for channels in (3, 1):
+        policy = Policy(channels=channels, max_pixels=50_000_000)
+        differ = [i for i, v in enumerate(variants) if _verdict(v, policy, False) != _verdict(v, policy, True)]
+        assert not differ, f"{len(differ)} of {len(variants)} differ, first: {variants[differ[0]][:40]!r}"
