@@ -221,11 +221,11 @@ def _peek_orientation(im: Image.Image):
         return None
 
 
-def _scaled_decode_fits(im: Image.Image, source_format: str, policy: Policy, needs_resize: bool) -> bool:
+def _scaled_decode_fits(im: Image.Image, source_format: str, target_mode: str, policy: Policy, needs_resize: bool) -> bool:
     """A JPEG that will pass through untouched: validating it needs no full-size pixels."""
     return (
         source_format == "jpeg"
-        and im.mode == ("RGB" if policy.channels == 3 else "L")
+        and im.mode == target_mode
         and not needs_resize
         and not policy.pixel_hash  # --dedup keys on the full decode's pixels
         and _peek_orientation(im) == 1
@@ -249,8 +249,9 @@ def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) ->
             if count >= MAX_FRAMES:
                 raise Rejected(TOO_MANY_PIXELS, f"{source_format} declares over {MAX_FRAMES} frames or sub-images")
             _check_pixels(w, h, policy, f" ({what})")
+    target_mode = "RGB" if policy.channels == 3 else "L"
     needs_resize = bool(policy.max_side and max(width, height) > policy.max_side)
-    scaled = scaled and _scaled_decode_fits(im, source_format, policy, needs_resize)
+    scaled = scaled and _scaled_decode_fits(im, source_format, target_mode, policy, needs_resize)
     compression = im.info.get("compression")  # TIFF: a codec this build may lack (webp, jpeg2000)
     with _pillow(f"decode ({compression} compression)" if compression else "decode", source_format, policy.max_pixels):
         if scaled:
@@ -258,7 +259,6 @@ def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) ->
         im.load()  # every scan decoded: truncated and corrupt data fail here
         orientation = im.getexif().get(0x0112, 1)
 
-    target_mode = "RGB" if policy.channels == 3 else "L"
     passthrough = (
         source_format == "jpeg"
         and im.mode == target_mode

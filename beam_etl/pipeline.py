@@ -78,7 +78,7 @@ class _PublishFn(beam.DoFn):
             raise
         from beam_etl import transform_helper
 
-        work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
+        work = None  # a local folder for the graph, made only when this worker writes it
         try:
             built = None  # (the graph's folder, its statistics)
             if config.transform_helper:
@@ -86,6 +86,7 @@ class _PublishFn(beam.DoFn):
             if built is None:  # no helper (Flink, Dataflow), or it failed: TensorFlow's only import, here
                 from beam_etl import analyze
 
+                work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
                 built = analyze.build(work, config.label_names, config.policy.channels, summary)
             analysis, statistics = built
             document = metadata.build(
@@ -103,7 +104,8 @@ class _PublishFn(beam.DoFn):
             )
             metadata.publish(self.staging, config.output, document, analysis)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if work:
+                shutil.rmtree(work, ignore_errors=True)
         objstore.delete_tree(self.staging)
         metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document

@@ -177,7 +177,7 @@ def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequ
     return seen
 
 
-def _check_manifest(uri: str, labels) -> None:
+def _check_manifest(uri: str, labels) -> int:
     if not FileSystems.exists(uri):
         raise InputError(f"--input {uri}: manifest not found")
     count = 0

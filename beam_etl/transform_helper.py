@@ -18,6 +18,7 @@ import time
 _LOG = logging.getLogger(__name__)
 SUMMARY = "summary.json"
 DONE = "done.json"  # {"analysis": path, "statistics": {...}} or {"error": text}
+_STARTED = {}  # folder -> Popen of each helper this process started
 
 
 def start():
@@ -29,9 +30,6 @@ def start():
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
     _STARTED[folder] = proc
     return folder, proc.pid
-
-
-_STARTED = {}
 
 
 def stop_all() -> None:
