@@ -2,6 +2,7 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ import time
 import grpc
 from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
 
+from beam_etl import sdk_pool
 from tests.conftest import ROOT
 from tests.objstore_servers import _wait_for_port, free_port
 from tests.worker_pool import children
@@ -24,23 +26,28 @@ def _wait_for(condition, what, timeout=60):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_killed_worker_is_started_again_until_the_runner_stops_it(tmp_path):
+def _start_pool(tmp_path):
     port = free_port()
-    control = free_port()  # nothing listens: the worker waits there to connect, as before a TaskManager answers
     log = open(tmp_path / "pool.log", "wb")
     pool = subprocess.Popen([sys.executable, "-m", "beam_etl.sdk_pool", f"--service_port={port}"], cwd=ROOT,
                             env=dict(os.environ, PYTHONPATH=ROOT), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    log.close()
+    _wait_for_port(port, pool, "the SDK worker pool")
+    return pool, beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(f"localhost:{port}"))
+
+
+def test_a_worker_killed_before_it_connects_is_started_again_until_the_runner_stops_it(tmp_path):
+    control = free_port()  # nothing listens: the worker waits there to connect, as before a TaskManager answers
+    pool, stub = _start_pool(tmp_path)
     try:
-        _wait_for_port(port, pool, "the SDK worker pool")
-        stub = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(f"localhost:{port}"))
         request = beam_fn_api_pb2.StartWorkerRequest(
             worker_id="w-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
         assert not stub.StartWorker(request).error
         (first,) = _wait_for(lambda: children(pool.pid), "the worker")
         os.kill(first, signal.SIGKILL)
         (second,) = _wait_for(lambda: [p for p in children(pool.pid) if p != first], "a second worker")
-        assert "SDK worker w-1 died by signal 9; starting it again under the same id" in (tmp_path / "pool.log").read_text()
+        assert "SDK worker w-1 died by signal 9 before it connected; starting it again under the same id" in (tmp_path / "pool.log").read_text()
         with open(f"/proc/{second}/cmdline", "rb") as f:
             assert b'worker_id="w-1"' in f.read()  # the id the TaskManager waits for
         # Once the runner stops the worker, its end is expected: nothing starts again.
@@ -52,4 +59,43 @@ def test_a_killed_worker_is_started_again_until_the_runner_stops_it(tmp_path):
     finally:
         os.killpg(pool.pid, signal.SIGKILL)
         pool.wait()
-        log.close()
+
+
+def test_a_worker_killed_after_it_connected_is_left_dead(tmp_path):
+    """A stand-in would connect to the old environment, which the TaskManager then fails on restart."""
+    listener = socket.create_server(("localhost", 0))  # the kernel completes the connection: "connected"
+    control = listener.getsockname()[1]
+    pool, stub = _start_pool(tmp_path)
+    try:
+        request = beam_fn_api_pb2.StartWorkerRequest(
+            worker_id="w-2", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
+        assert not stub.StartWorker(request).error
+        (worker,) = _wait_for(lambda: children(pool.pid), "the worker")
+        _wait_for(lambda: sdk_pool.has_connected(worker, control), "the worker's control connection")
+        time.sleep(0.5)  # the pool's watcher polls every 20 ms
+        os.kill(worker, signal.SIGKILL)
+        _wait_for(lambda: "died by signal 9 after it connected" in (tmp_path / "pool.log").read_text(),
+                  "the pool to see the death")
+        time.sleep(1.0)
+        assert children(pool.pid) == []
+        assert "starting it again" not in (tmp_path / "pool.log").read_text()
+    finally:
+        os.killpg(pool.pid, signal.SIGKILL)
+        pool.wait()
+        listener.close()
+
+
+def test_has_connected_reads_a_processes_own_sockets():
+    listener = socket.create_server(("localhost", 0))
+    port = listener.getsockname()[1]
+    assert sdk_pool.has_connected(os.getpid(), port) is False
+    client = socket.create_connection(("localhost", port))
+    try:
+        assert sdk_pool.has_connected(os.getpid(), port) is True
+        assert sdk_pool.has_connected(os.getpid(), free_port()) is False
+    finally:
+        client.close()
+        listener.close()
+    assert sdk_pool.control_port("localhost:43407") == 43407
+    assert sdk_pool.control_port("[::1]:5000") == 5000
+    assert sdk_pool.control_port("localhost") is None
