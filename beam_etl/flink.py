@@ -75,6 +75,12 @@ CONFIG = {
     # A TaskManager that is killed is declared lost after this, and the job restarts on a new one.
     "heartbeat.timeout": "20000",
 }
+# Under the restart delay above: a restarted attempt then never gets an environment made before
+# the failure. Seen in CI: after an SDK worker was killed inside WriteToTFRecord, the TaskManager
+# kept that worker's environment cached for the job (its tasks never released it), and each of the
+# 10 restarts failed at once on its cancelled control call ("CANCELLED: call already cancelled").
+# Stages release their environments within seconds anyway, so few new workers start because of it.
+ENVIRONMENT_EXPIRATION_MS = 10_000
 LOG4J = """rootLogger.level = INFO
 rootLogger.appenderRef.file.ref = MainAppender
 appender.main.name = MainAppender
@@ -337,7 +343,7 @@ class Cluster:
         return ["--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{self.ports['job']}",
                 "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{self.ports['pool']}",
                 f"--flink_master=127.0.0.1:{self.ports['rest']}", f"--parallelism={slots}",
-                f"--sdk_worker_parallelism={slots}"]
+                f"--sdk_worker_parallelism={slots}", f"--environment_expiration_millis={ENVIRONMENT_EXPIRATION_MS}"]
 
     def log(self, name: str) -> str:
         return os.path.join(self.folder, "log", f"{name}.log")

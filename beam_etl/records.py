@@ -37,10 +37,11 @@ def check_label(ref: ImageRef, label_ids: dict) -> int:
         raise Rejected(images.UNKNOWN_LABEL, f"label {ref.label!r} is not in --labels") from None
 
 
-def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: dict, schema_name: str, validation_fraction: float = 0.0, test_fraction: float = 0.0):
-    """(split, Example bytes, Facts) for one image; raises Rejected."""
+def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: dict, schema_name: str, validation_fraction: float = 0.0, test_fraction: float = 0.0,
+                scaled: bool = True):
+    """(split, Example bytes, Facts) for one image; raises Rejected. scaled: see images.canonicalise."""
     label = check_label(ref, label_ids)
-    canon = images.canonicalise(data, policy)
+    canon = images.canonicalise(data, policy, scaled)
     split = ref.split or assign_split(ref.key, validation_fraction, test_fraction)
     example = schema.encode_example(
         {
@@ -72,6 +73,7 @@ class Settings:
     max_file_bytes: int = 64_000_000
     filesystem_flags: tuple = ()  # Beam flags for FileSystems in worker processes: S3 endpoint, keys
     reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
+    scaled_decode: bool = True  # pass-through JPEGs validated at 1/8 scale; False: bench/baseline.py's full decode
 
 
 def fetch(ref: ImageRef, settings: Settings) -> bytes:
@@ -85,7 +87,8 @@ def convert(ref: ImageRef, settings: Settings, data: typing.Optional[bytes] = No
     """Make the record of one input, read here unless `data` is given: (split, Example bytes, Facts); raises Rejected."""
     if data is None:
         data = fetch(ref, settings)
-    return make_record(ref, data, settings.policy, settings.label_ids, settings.schema_name, settings.validation_fraction, settings.test_fraction)
+    return make_record(ref, data, settings.policy, settings.label_ids, settings.schema_name, settings.validation_fraction, settings.test_fraction,
+                       settings.scaled_decode)
 
 
 def convert_or_reject(ref: ImageRef, settings: Settings, fetched=None):

@@ -13,6 +13,7 @@ import threading
 import time
 
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
 
 # Environments whose SDK workers a pool or a process starts within seconds of the job: when
 # none checks in within --worker_start_timeout, something is wrong with how they start.
@@ -28,6 +29,22 @@ JOB_SERVER_START_TIMEOUT = 600.0
 SUBMIT_GRACE = 120.0
 _CHECKED_IN = set()
 _LOCK = threading.Lock()
+
+
+class FlinkEnvironmentOptions(PipelineOptions):
+    """Java's PortablePipelineOptions.environmentExpirationMillis, which Python's options lack.
+
+    The PortableRunner passes on only the options Python knows; declared here, it reaches the
+    job server as environment_expiration_millis.
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--environment_expiration_millis", type=int, default=0,
+            help="a TaskManager replaces a cached SDK environment this long after it made it, for tasks that start "
+                 "later (0: never). Flink's restart after an SDK worker died can find that worker's environment "
+                 "still cached for the job, and fail at once on each attempt; `beam-etl flink up` prints 10000")
 
 
 class WorkersNeverConnected(RuntimeError):

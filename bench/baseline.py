@@ -2,7 +2,8 @@
 
 It does the same per-image work as `beam-etl convert` -- list the inputs with
 beam_etl.sources, read and encode each file with records.convert_or_reject (the
-pipeline's own per-image function), frame it with tfrecord.frame -- and writes the same number of
+pipeline's own per-image function, but with the full decode a plain script does, unless
+--scaled_decode), frame it with tfrecord.frame -- and writes the same number of
 TFRecord shards per split, plus the dataset counts. No Beam pipeline, no TFT analysis,
 no duplicate/leakage detection, no shuffle within shards, no atomic publish: it is the
 floor that the pipeline's overhead is measured from.
@@ -64,14 +65,14 @@ class ShardWriter:
         return shards
 
 
-def run(inputs, output, num_shards, policy, workers, schema_name="default", val_frac=0.0, test_frac=0.0, max_file_mb=64.0, chunksize=16):
+def run(inputs, output, num_shards, policy, workers, schema_name="default", val_frac=0.0, test_frac=0.0, max_file_mb=64.0, chunksize=16, scaled=False):
     """Convert; returns the summary dict it also writes to OUTPUT/counts.json."""
     started = time.perf_counter()
     os.makedirs(output, exist_ok=True)
     label_names = sources.label_names(inputs)
     label_ids = {name: i for i, name in enumerate(label_names)}
     refs = [ref for uri in inputs for ref, _ in sources.listing(uri)]
-    init_args = (records.Settings(policy, label_ids, schema_name, val_frac, test_frac, int(max_file_mb * 1e6)),)
+    init_args = (records.Settings(policy, label_ids, schema_name, val_frac, test_frac, int(max_file_mb * 1e6), scaled_decode=scaled),)
     writer = ShardWriter(output, num_shards)
     label_counts, reject_counts, channel_sum = {}, {}, None
     first_record_s = None
@@ -130,9 +131,12 @@ def main(argv=None):
     p.add_argument("--test_fraction", type=float, default=0.0)
     p.add_argument("--schema", choices=("default", "imagenet"), default="default")
     p.add_argument("--chunksize", type=int, default=16)
+    p.add_argument("--scaled_decode", action="store_true",
+                   help="validate pass-through JPEGs at 1/8 scale as beam-etl does (default: the full decode a plain script does)")
     args = p.parse_args(argv)
     policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side)
-    summary = run(args.input, args.output, args.num_shards, policy, args.workers, args.schema, args.validation_fraction, args.test_fraction, chunksize=args.chunksize)
+    summary = run(args.input, args.output, args.num_shards, policy, args.workers, args.schema, args.validation_fraction, args.test_fraction, chunksize=args.chunksize,
+                  scaled=args.scaled_decode)
     print(json.dumps({k: summary[k] for k in ("inputs", "examples", "splits", "reject_counts", "workers", "first_record_s", "seconds")}))
     return 0
 

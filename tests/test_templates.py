@@ -378,6 +378,7 @@ def test_flink_templates_carry_what_the_local_cluster_proved():
     assert {k: str(config[k]) for k in proven} == {k: flink.CONFIG[k] for k in proven}
     launcher = _flags(_pod(os.path.join(folder, "convert-job.yaml"))["containers"][0])
     assert launcher["--flink_master"] == "flink-jobmanager:8081" and int(launcher["--parallelism"]) == config["parallelism.default"]
+    assert int(launcher["--environment_expiration_millis"]) == flink.ENVIRONMENT_EXPIRATION_MS
 
 
 def test_flink_launcher_flags_are_beam_options_and_the_graph_builds(tmp_path):
@@ -398,6 +399,9 @@ def test_flink_launcher_flags_are_beam_options_and_the_graph_builds(tmp_path):
     portable = options.view_as(PortableOptions)
     assert portable.environment_type == "EXTERNAL" and portable.job_endpoint == "beam-job-server:8099"
     assert options.view_as(FlinkRunnerOptions).parallelism == 8
+    from beam_etl.runners import FlinkEnvironmentOptions  # Python lacks it: ours, so that it reaches Java
+
+    assert options.view_as(FlinkEnvironmentOptions).environment_expiration_millis == 10_000
     config = cli._config(parsed, beam_args)
     assert config.writer == "staged"  # auto, on every runner, as cli._writer decides
     pipeline.build(beam.Pipeline(options=options), config)
