@@ -49,6 +49,30 @@ def index_bytes(offsets) -> bytes:
     return np.asarray(offsets, dtype="<i8").tobytes()
 
 
+def _store(dest: str, sizes, record) -> None:
+    """Write records 0..n-1 (record(j) gives the j-th) to `dest` in spread order, then their index."""
+    order = spread_order(len(sizes))
+    with FileSystems.create(dest, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+        pending, pending_bytes = [], 0
+        for j in order:  # batched into ~8 MB writes: one call per record costs on a bucket
+            pending.append(record(j))
+            pending_bytes += int(sizes[j])
+            if pending_bytes >= 8 << 20:
+                out.write(b"".join(pending))
+                pending, pending_bytes = [], 0
+        out.write(b"".join(pending))
+        out.write(index_bytes(np.concatenate([[0], np.cumsum(np.asarray(sizes, dtype=np.int64)[order])])))
+
+
+def write_chunk(dest: str, framed: list) -> tuple:
+    """Framed records held in memory to a chunk at `dest`, in spread order; returns (path, examples, bytes)."""
+    sizes = np.fromiter((len(r) for r in framed), dtype=np.int64, count=len(framed))
+    if not objstore.scheme(dest):  # two processes may make the folder at once
+        os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    _store(dest, sizes, lambda j: framed[j])
+    return dest, len(framed), int(sizes.sum())
+
+
 class ChunkWriter:
     """Collects framed records in a local temporary file; publish() stores them at `dest` in spread order.
 
@@ -84,19 +108,10 @@ class ChunkWriter:
         self.file.close()
         offsets = np.asarray(self.offsets, dtype=np.int64)
         sizes = np.diff(offsets)
-        order = spread_order(len(sizes))
-        raw = CompressionTypes.UNCOMPRESSED
         try:
-            with open(self.temp, "rb") as src, FileSystems.create(self.dest, compression_type=raw) as out:
-                fd, pending, pending_bytes = src.fileno(), [], 0
-                for j in order:  # batched into ~8 MB writes: one call per record costs on a bucket
-                    pending.append(os.pread(fd, int(sizes[j]), int(offsets[j])))
-                    pending_bytes += int(sizes[j])
-                    if pending_bytes >= 8 << 20:
-                        out.write(b"".join(pending))
-                        pending, pending_bytes = [], 0
-                out.write(b"".join(pending))
-                out.write(index_bytes(np.concatenate([[0], np.cumsum(sizes[order])])))
+            with open(self.temp, "rb") as src:
+                fd = src.fileno()
+                _store(self.dest, sizes, lambda j: os.pread(fd, int(sizes[j]), int(offsets[j])))
         finally:
             os.unlink(self.temp)
         return self.dest, self.records, self.nbytes

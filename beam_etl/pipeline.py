@@ -8,6 +8,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_etl import images, metadata, objstore, progress, records, runners
 from beam_etl.transforms import (
+    CHUNKS,
     REJECTS,
     DropKeys,
     EncodeExamples,
@@ -137,7 +138,10 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         reads_in_flight=config.reads_in_flight,
     )
     progress_dir = progress.progress_folder(staging) if live_progress else None
-    encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress_dir, checkin)
+    chunk_dir = FileSystems.join(staging, "chunks")
+    pool_stages = config.writer == "staged" and config.encode_processes > 1  # no payload back to the Beam worker
+    encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress_dir, checkin,
+                                                        chunk_dir if pool_stages else None)
     facts, dropped_keys, dropped_rows = encoded.facts, None, None
     if config.dedup:
         dropped_rows = (
@@ -163,8 +167,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             FileSystems.join(staging, "shards"), config.num_shards, config.compression, config.schema, dropped_keys, config.write_index
         )
     else:
-        shards = encoded.records | "WriteShards" >> WriteShards(
-            FileSystems.join(staging, "chunks"),
+        shards = (encoded[CHUNKS] if pool_stages else encoded.records) | "WriteShards" >> WriteShards(
+            chunk_dir,
             FileSystems.join(staging, "shards"),
             config.num_shards,
             config.shard_size_mb,
@@ -174,6 +178,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             dropped_keys,
             config.encode_processes,
             config.filesystem_flags,
+            prestaged=pool_stages,
         )
     # shards: one dict per shard written
     label_counts = (

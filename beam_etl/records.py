@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import typing
 
-from beam_etl import images, objstore, readahead, schema, sources
+from beam_etl import chunks, images, objstore, readahead, schema, sources, tfrecord
 from beam_etl.images import Rejected
 from beam_etl.sources import ImageRef, assign_split
 
@@ -106,6 +106,45 @@ def convert_chunk(refs, settings: Settings) -> list:
     """convert_or_reject() of each ref in order, with settings.reads_in_flight reads ahead of the decode."""
     read = functools.partial(fetch, settings=settings)
     return [convert_or_reject(ref, settings, fetched) for ref, fetched in readahead.each(read, refs, settings.reads_in_flight)]
+
+
+STAGE_MEMORY_BYTES = 32 << 20  # a split's records held per task before they go to a chunk: bounds a worker's memory
+
+
+def stage_chunk(refs, settings: Settings, chunk_dir: str) -> list:
+    """convert_chunk(), with the records written here to chunk files of chunk_dir (chunks.py), not returned.
+
+    Each result is (record without its Example bytes, reject, staged): record is (split, None,
+    Facts) or None, and staged lists the (split, (chunk path, examples, bytes)) that the chunk's
+    last input completed. The payloads stay in this process; only facts and descriptors travel.
+    """
+    import uuid
+
+    from apache_beam.io.filesystems import FileSystems  # Beam's file API only, as chunks.py uses it
+
+    objstore.configure_for(chunk_dir, settings.filesystem_flags)  # once per process
+    held, held_bytes, results = {}, {}, []  # split -> [framed records]
+
+    def flush(split):
+        framed = held.pop(split)
+        held_bytes.pop(split)
+        dest = FileSystems.join(chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord")
+        return split, chunks.write_chunk(dest, framed)
+
+    for ref, (record, reject) in zip(refs, convert_chunk(refs, settings)):
+        staged = []
+        if record is not None:
+            split, example, facts = record
+            framed = tfrecord.frame(example)
+            held.setdefault(split, []).append(framed)
+            held_bytes[split] = held_bytes.get(split, 0) + len(framed)
+            if held_bytes[split] >= STAGE_MEMORY_BYTES:
+                staged.append(flush(split))
+            record = (split, None, facts)
+        results.append((record, reject, staged))
+    if results:
+        results[-1][2].extend(flush(split) for split in list(held))
+    return results
 
 
 def duplicates_to_drop(pixel_sha256: str, members):

@@ -15,6 +15,7 @@ from beam_etl.images import Rejected
 
 NAMESPACE = progress.NAMESPACE
 REJECTS = "rejects"
+CHUNKS = "chunks"  # EncodeExamples' staged chunks, when its pool writes them
 
 
 class _ListFn(beam.DoFn):
@@ -70,9 +71,10 @@ class ListImages(beam.PTransform):
 class _EncodeFn(beam.DoFn):
     """Reads and encodes each ImageRef, inline or in a process pool (processes > 1; DirectRunner only)."""
 
-    def __init__(self, settings, processes=0, progress_dir=None, checkin=None):
+    def __init__(self, settings, processes=0, progress_dir=None, checkin=None, chunk_dir=None):
         self.settings = settings
         self.processes = processes
+        self.chunk_dir = chunk_dir if processes > 1 else None  # the pool stages the records itself
         self.progress_dir = progress_dir
         self.checkin = checkin  # runners.check_in: which worker processes encode
         self.written = Metrics.counter(NAMESPACE, "images_encoded")
@@ -87,7 +89,10 @@ class _EncodeFn(beam.DoFn):
         self.progress = progress.tally(self.progress_dir)  # live counts for the launcher; see progress.py
 
     def start_bundle(self):
-        if self.processes > 1:
+        if self.chunk_dir:
+            convert = functools.partial(records.stage_chunk, settings=self.settings, chunk_dir=self.chunk_dir)
+            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
+        elif self.processes > 1:
             convert = functools.partial(records.convert_chunk, settings=self.settings)
             self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
         else:  # in this worker: reads ahead on threads, so a slow store's latency overlaps the decode
@@ -112,7 +117,9 @@ class _EncodeFn(beam.DoFn):
         for ref, fetched in reads:
             yield ref, records.convert_or_reject(ref, self.settings, fetched)
 
-    def _outputs(self, ref, record, reject):
+    def _outputs(self, ref, record, reject, staged=()):
+        for described in staged:  # (split, (chunk path, examples, bytes)), written by the pool
+            yield beam.pvalue.TaggedOutput(CHUNKS, described)
         if reject is not None:
             reason, message = reject
             self.rejected.inc()
@@ -123,27 +130,31 @@ class _EncodeFn(beam.DoFn):
         split, example, facts = record
         self.written.inc()
         self.progress.add(encoded=1)
-        self.bytes.inc(len(example))
+        self.bytes.inc(facts.nbytes)
         if facts.passthrough:
             self.passthrough.inc()
         yield beam.pvalue.TaggedOutput("facts", facts)
-        yield split, example
+        if example is not None:  # None: staged by the pool
+            yield split, example
 
 
 class EncodeExamples(beam.PTransform):
-    """ImageRefs to (split, Example bytes), with Facts and rejects as tagged outputs.
+    """ImageRefs to (split, Example bytes), with Facts, rejects and staged chunks as tagged outputs.
 
     processes > 1 decodes in that many worker processes beside the Beam worker: for the
     DirectRunner, whose in_memory mode runs Python on one core. Elements then leave in
     input order but possibly in a later call (the global window is the only window here).
+    With a chunk_dir too, the pool writes the records to chunks itself (records.stage_chunk):
+    "records" stays empty and CHUNKS carries (split, (chunk path, examples, bytes)) for
+    WriteShards(prestaged=True), so no payload crosses to the Beam worker.
     """
 
-    def __init__(self, settings, processes=0, progress_dir=None, checkin=None):
+    def __init__(self, settings, processes=0, progress_dir=None, checkin=None, chunk_dir=None):
         super().__init__()
-        self.fn = _EncodeFn(settings, processes, progress_dir, checkin)
+        self.fn = _EncodeFn(settings, processes, progress_dir, checkin, chunk_dir)
 
     def expand(self, refs):
-        return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", main="records")
+        return refs | "Encode" >> beam.ParDo(self.fn).with_outputs(REJECTS, "facts", CHUNKS, main="records")
 
 
 class _StageFn(beam.DoFn):
@@ -271,8 +282,9 @@ class WriteShards(beam.PTransform):
     """
 
     def __init__(self, chunk_dir, shard_dir, num_shards, shard_size_mb, compression, write_index=False, schema_name="default", dropped_keys=None, processes=0,
-                 filesystem_flags=()):
+                 filesystem_flags=(), prestaged=False):
         super().__init__()
+        self.prestaged = prestaged  # the input is already chunks: (split, (chunk path, examples, bytes))
         self.processes = processes  # >1: shards written in the encode pool (DirectRunner)
         self.filesystem_flags = filesystem_flags  # for that pool's processes: S3's endpoint and keys
         self.chunk_dir, self.shard_dir = chunk_dir, shard_dir
@@ -281,15 +293,13 @@ class WriteShards(beam.PTransform):
         self.schema_name, self.dropped_keys = schema_name, dropped_keys  # dropped_keys: a PCollection of keys, or None
 
     def expand(self, examples):
-        split_bytes = (
-            examples
-            | "Sizes" >> beam.Map(lambda kv: (kv[0], len(kv[1]) + 16))  # 16: TFRecord framing
-            | "SumSizes" >> beam.CombinePerKey(sum)
-        )
-        return (
-            examples
-            | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir, self.filesystem_flags))
+        staged = examples
+        if not self.prestaged:
+            staged = examples | "Stage" >> beam.ParDo(_StageFn(self.chunk_dir, self.filesystem_flags))
             # (split, (chunk path, examples, bytes of records))
+        split_bytes = staged | "Sizes" >> beam.MapTuple(lambda split, chunk: (split, chunk[2])) | "SumSizes" >> beam.CombinePerKey(sum)
+        return (
+            staged
             | "CountChunks" >> beam.ParDo(_CountShuffled())
             | "GroupChunks" >> beam.GroupByKey()
             | "Plan" >> beam.ParDo(_PlanFn(self.num_shards, self.shard_size_mb, self.chunk_dir, self.filesystem_flags),

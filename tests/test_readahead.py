@@ -1,6 +1,8 @@
 """Reads kept in flight ahead of the decode: order, the bound on reads in flight, errors, and the records they feed."""
 
 import functools
+import io
+import os
 import threading
 import time
 
@@ -81,3 +83,27 @@ def test_the_pool_runs_whole_chunks_with_reads_ahead(tmp_path):
     out = [done for ref in refs for done in pool.put(ref)] + list(pool.drain())
     assert [ref for ref, _ in out] == refs
     assert [outcome for _, outcome in out] == records.convert_chunk(refs, settings)
+
+
+def test_stage_chunk_writes_what_convert_chunk_returns_and_bounds_what_it_holds(tmp_path, monkeypatch):
+    """The pool's staging: the same outcomes without payloads, the records in chunks, a chunk per STAGE_MEMORY_BYTES."""
+    from beam_etl import chunks, tfrecord
+
+    refs = _refs(tmp_path, 12)
+    settings = records.Settings(images.Policy(), {"cat": 0}, reads_in_flight=3)
+    returned = records.convert_chunk(refs, settings)
+    sizes = sorted(len(tfrecord.frame(r[1])) for r, _ in returned if r)
+    monkeypatch.setattr(records, "STAGE_MEMORY_BYTES", sum(sizes[-4:]))  # about a third of them per chunk
+    staged = records.stage_chunk(refs, settings, str(tmp_path / "chunks"))
+    assert [(r and (r[0], r[2]), reject) for r, reject, _ in staged] == [(r and (r[0], r[2]), reject) for r, reject in returned]
+    assert all(r is None or r[1] is None for r, _, _ in staged)  # no Example bytes come back
+    described = [d for _, _, done in staged for d in done]
+    assert 3 <= len(described) <= 5 and {split for split, _ in described} == {"train"}
+    stored = []
+    for _, (path, n, nbytes) in described:
+        offsets = chunks.read_index(path, n, nbytes)  # each chunk carries its index
+        with open(path, "rb") as f:
+            stored += [r for _, _, r in tfrecord.iter_framed(io.BytesIO(f.read(nbytes)), path)]
+        assert len(offsets) == n + 1
+    assert sorted(stored) == sorted(r[1] for r, _ in returned if r)
+    assert sorted(os.listdir(tmp_path / "chunks")) == sorted(os.path.basename(p) for _, (p, _, _) in described)

@@ -8,7 +8,7 @@ from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 from beam_etl import images, records, schema, tfrecord
 from beam_etl.images import Policy
 from beam_etl.sources import ImageRef
-from beam_etl.transforms import REJECTS, EncodeExamples, ListImages, WriteShards
+from beam_etl.transforms import CHUNKS, REJECTS, EncodeExamples, ListImages, WriteShards
 from tests import corpus
 
 
@@ -61,6 +61,29 @@ def test_encode_examples_routes_rejects(folder, processes):
             label="Rejects",
         )
         assert_that(out.facts | beam.Map(lambda f: (f.key, f.label)), equal_to([("cat/1.jpg", 0), ("dog/3.jpg", 1)]), label="Facts")
+
+
+def test_the_pool_stages_the_records_and_write_shards_takes_its_chunks(folder, tmp_path):
+    """With a chunk_dir, no Example crosses back from the pool: chunks do, and WriteShards(prestaged) reads them."""
+    refs = [ImageRef(f"{label}/{i}.jpg", str(folder / path), label, "", -1)
+            for i, (label, path) in enumerate([("cat", "cat/1.jpg"), ("dog", "dog/3.jpg"), ("dog", "dog/broken.jpg")] * 5)]
+    settings = records.Settings(Policy(), {"cat": 0, "dog": 1}, "default", 0.0, 0.0, 10_000_000)
+    expected = sorted(records.convert(r, settings)[1] for r in refs if "broken" not in r.uri)
+    with TestPipeline() as p:
+        out = p | beam.Create(refs) | "EncodeExamples" >> EncodeExamples(settings, 2, chunk_dir=str(tmp_path / "chunks"))
+        assert_that(out.records, equal_to([]), label="NoPayloads")
+        where = out[CHUNKS] | beam.MapTuple(lambda split, chunk: (split, chunk[0].startswith(str(tmp_path)))) | beam.Distinct()
+        assert_that(where, equal_to([("train", True)]), label="ChunksInStaging")
+        assert_that(out[REJECTS] | beam.Map(lambda row: row["reason"]), equal_to([images.NOT_AN_IMAGE] * 5), label="Rejects")
+        shards = out[CHUNKS] | "WriteShards" >> WriteShards(str(tmp_path / "chunks"), str(tmp_path / "shards"), {"train": 2}, 256, "none",
+                                                              prestaged=True)
+        assert_that(shards | beam.Map(lambda s: (s["file"], s["examples"])),
+                    equal_to([("train-00000-of-00002.tfrecord", 5), ("train-00001-of-00002.tfrecord", 5)]), label="Shards")
+    written = []
+    for path in sorted((tmp_path / "shards").glob("train-*")):
+        with open(path, "rb") as f:
+            written += [r for _, _, r in tfrecord.iter_framed(f, str(path))]
+    assert sorted(written) == expected
 
 
 @pytest.mark.parametrize("processes", [0, 2], ids=["inline", "pool"])
