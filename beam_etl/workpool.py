@@ -45,12 +45,38 @@ def executor(processes: int, preload=("beam_etl.records", "beam_etl.sharding")) 
     return pool
 
 
+# glibc's malloc, in each pool process (mallopt). Left to its defaults it hands every freed
+# block of more than 128 KB (an image's bytes, its decoded pixels, a chunk being joined) back
+# to the kernel and maps fresh pages for the next: measured at 10k photos, the pool spent 6.0
+# core-s in the kernel and 18.4 in user space; with these, 2.5 and 16.1, and the whole command
+# went from 16.1 to 13.1 s (docs/BENCHMARKS.md §15). What it keeps is bounded by TRIM per process.
+MALLOC_MMAP_THRESHOLD = 64 << 20  # only allocations above this get their own mapping
+MALLOC_TRIM_THRESHOLD = 256 << 20  # free memory at the top of the heap kept for reuse, at most
+MALLOC_TOP_PAD = 64 << 20  # grow the heap in steps this large
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's malloc.h
+
+
+def tune_malloc() -> bool:
+    """Keep freed memory for reuse instead of returning it to the kernel each time; False where not glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):  # macOS, musl: their allocators, their defaults
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in (
+        (_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD), (_M_TOP_PAD, MALLOC_TOP_PAD)))
+
+
 def _leave_with(launcher: int) -> None:
-    """In each worker: exit once the launcher is gone.
+    """In each worker: keep freed memory (tune_malloc), and exit once the launcher is gone.
 
     A launcher killed by SIGTERM, SIGKILL or the OOM killer cleans nothing up, and its
     workers would wait for work forever, holding the forkserver alive with them (seen here).
     """
+    tune_malloc()
 
     def watch():
         while True:
