@@ -139,7 +139,9 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     )
     progress_dir = progress.progress_folder(staging) if live_progress else None
     chunk_dir = FileSystems.join(staging, "chunks")
-    pool_stages = config.writer == "staged" and config.encode_processes > 1  # no payload back to the Beam worker
+    # The DirectRunner's pool writes the chunks itself: no payload back to the Beam worker. Elsewhere a
+    # pool (asked for) returns the records, and the runner's worker stages them as it always has.
+    pool_stages = config.writer == "staged" and _pool_does_the_spreading(p, config)
     encoded = refs | "EncodeExamples" >> EncodeExamples(settings, config.encode_processes, progress_dir, checkin,
                                                         chunk_dir if pool_stages else None)
     facts, dropped_keys, dropped_rows = encoded.facts, None, None
