@@ -89,11 +89,9 @@ class _EncodeFn(beam.DoFn):
         self.progress = progress.tally(self.progress_dir)  # live counts for the launcher; see progress.py
 
     def start_bundle(self):
-        if self.chunk_dir:
-            convert = functools.partial(records.stage_chunk, settings=self.settings, chunk_dir=self.chunk_dir)
-            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
-        elif self.processes > 1:
-            convert = functools.partial(records.convert_chunk, settings=self.settings)
+        if self.processes > 1:
+            convert = (functools.partial(records.stage_chunk, settings=self.settings, chunk_dir=self.chunk_dir) if self.chunk_dir
+                       else functools.partial(records.convert_chunk, settings=self.settings))
             self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
         else:  # in this worker: reads ahead on threads, so a slow store's latency overlaps the decode
             self.reads = readahead.ReadAhead(functools.partial(records.fetch, settings=self.settings), self.settings.reads_in_flight)

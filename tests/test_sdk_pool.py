@@ -37,13 +37,18 @@ def _start_pool(tmp_path):
     return pool, beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(grpc.insecure_channel(f"localhost:{port}"))
 
 
+def _start_worker(stub, worker_id, control):
+    """Ask the pool for a worker, as a TaskManager does, with its control endpoint at localhost:control."""
+    request = beam_fn_api_pb2.StartWorkerRequest(
+        worker_id=worker_id, control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
+    assert not stub.StartWorker(request).error
+
+
 def test_a_worker_killed_before_it_connects_is_started_again_until_the_runner_stops_it(tmp_path):
     control = free_port()  # nothing listens: the worker waits there to connect, as before a TaskManager answers
     pool, stub = _start_pool(tmp_path)
     try:
-        request = beam_fn_api_pb2.StartWorkerRequest(
-            worker_id="w-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
-        assert not stub.StartWorker(request).error
+        _start_worker(stub, "w-1", control)
         (first,) = _wait_for(lambda: children(pool.pid), "the worker")
         os.kill(first, signal.SIGKILL)
         (second,) = _wait_for(lambda: [p for p in children(pool.pid) if p != first], "a second worker")
@@ -67,9 +72,7 @@ def test_a_worker_killed_after_it_connected_is_left_dead(tmp_path):
     control = listener.getsockname()[1]
     pool, stub = _start_pool(tmp_path)
     try:
-        request = beam_fn_api_pb2.StartWorkerRequest(
-            worker_id="w-2", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{control}"))
-        assert not stub.StartWorker(request).error
+        _start_worker(stub, "w-2", control)
         (worker,) = _wait_for(lambda: children(pool.pid), "the worker")
         _wait_for(lambda: sdk_pool.has_connected(worker, control), "the worker's control connection")
         time.sleep(0.5)  # the pool's watcher polls every 20 ms
