@@ -118,11 +118,19 @@ def _to_mode(im: Image.Image, channels: int) -> Image.Image:
 
 
 def _stats(im: Image.Image):
-    # A box reduction is ~5x cheaper than a filtered resize and averages the same pixels.
+    """Per-channel mean and mean of squares of an RGB or L image, over a STATS_SIDE copy."""
+    # A box reduction is ~5x cheaper than a filtered resize and averages the same pixels. The
+    # sums come from Pillow's histogram (one C pass); integer sums are exact in float64, so the
+    # result equals a float64 mean over the pixels, at a tenth of the cost for a small copy.
     factor = max(1, min(im.width, im.height) // STATS_SIDE)
-    small = np.asarray(im.reduce(factor) if factor > 1 else im, dtype=np.float64)
-    small = small.reshape(-1, 1 if small.ndim == 2 else small.shape[-1])
-    return tuple(small.mean(axis=0).tolist()), tuple((small**2).mean(axis=0).tolist())
+    small = im.reduce(factor) if factor > 1 else im
+    counts = np.asarray(small.histogram(), dtype=np.float64).reshape(len(small.getbands()), 256)
+    n = small.width * small.height
+    return tuple((counts @ _LEVELS / n).tolist()), tuple((counts @ _SQUARES / n).tolist())
+
+
+_LEVELS = np.arange(256, dtype=np.float64)
+_SQUARES = _LEVELS**2
 
 
 # Image formats Pillow can't open here but that are still images: a file named so is an input

@@ -1,5 +1,6 @@
 """The feature schema: the one place feature keys are written, and the Example encoder."""
 
+import functools
 import struct
 
 # Roles are what code refers to; names are what the records hold. Readers (the trainer)
@@ -55,6 +56,8 @@ def feature_spec_json(schema: str) -> dict:
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _BYTES[value]
     out = bytearray()
     value &= 0xFFFFFFFFFFFFFFFF  # negative int64 as two's complement, as protobuf does
     while True:
@@ -67,9 +70,17 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+_BYTES = [bytes((i,)) for i in range(0x80)]
+
+
+def _head(number: int, length: int) -> bytes:
+    """The tag and length of a length-delimited field (wire type 2)."""
+    return _BYTES[number << 3 | 2] + _varint(length)
+
+
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return _head(number, len(payload)) + payload
 
 
 def _feature(dtype: str, value) -> bytes:
@@ -83,13 +94,35 @@ def _feature(dtype: str, value) -> bytes:
     raise ValueError(f"unsupported dtype {dtype!r}")
 
 
+@functools.lru_cache(maxsize=None)
+def _entries(schema: str) -> tuple:
+    """(role, the map entry's encoded key field, dtype) per feature of a schema."""
+    return tuple((role, _field(1, name.encode("utf-8")), DTYPES[role]) for role, name in names(schema).items())
+
+
 def encode_example(values: dict, schema: str = "default") -> bytes:
-    """Serialise one record, given by role, as tf.train.Example bytes."""
-    entries = []
-    for role, name in names(schema).items():
-        entry = _field(1, name.encode("utf-8")) + _field(2, _feature(DTYPES[role], values[role]))
-        entries.append(_field(1, entry))  # Features.feature map entry
-    return _field(1, b"".join(entries))  # Example.features
+    """Serialise one record, given by role, as tf.train.Example bytes.
+
+    Each string value is copied once, by the final join: the nested fields' headers are
+    worked out from lengths and go in front of it, so an image is not copied per level.
+    """
+    pieces, total = [b""], 0
+    for role, key_field, dtype in _entries(schema):
+        value = values[role]
+        if dtype == "string":
+            tail = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            inner = _head(1, len(tail))  # BytesList.value
+            feature = _head(1, len(inner) + len(tail)) + inner  # Feature.bytes_list, without its tail
+        else:
+            tail, feature = b"", _feature(dtype, value)
+        length = len(feature) + len(tail)
+        entry = key_field + _head(2, length) + feature  # the map entry's key and value, without the tail
+        length += len(entry) - len(feature)
+        head = _head(1, length)  # Features.feature map entry
+        pieces += (head + entry, tail)
+        total += len(head) + length
+    pieces[0] = _head(1, total)  # Example.features
+    return b"".join(pieces)
 
 
 def _read_varint(data: bytes, pos: int):
