@@ -24,6 +24,18 @@ def test_baseline_jpeg_passes_through_untouched():
     assert out.sha256 == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.parametrize("mode,size", [("RGB", (54, 45)), ("RGB", (700, 333)), ("L", (31, 1)), ("L", (640, 480))])
+def test_statistics_equal_a_float64_mean_over_the_reduced_copy(mode, size):
+    rng = np.random.default_rng(sum(size))
+    shape = size[::-1] + ((3,) if mode == "RGB" else ())
+    im = Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode)
+    factor = max(1, min(size) // images.STATS_SIDE)
+    small = np.asarray(im.reduce(factor) if factor > 1 else im, dtype=np.float64).reshape(-1, len(mode))
+    mean, sq_mean = images._stats(im)
+    assert mean == tuple(small.mean(axis=0).tolist())
+    assert sq_mean == tuple((small**2).mean(axis=0).tolist())
+
+
 def test_progressive_jpeg_passes_through():
     data = corpus.jpeg(80, 60, progressive=True)
     out = canonicalise(data)

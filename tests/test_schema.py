@@ -40,6 +40,18 @@ def test_bytes_equal_the_protobuf_serialisation():
     assert example.features.feature["image"].bytes_list.value == [VALUES["image"]]
 
 
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16_383, 16_384, 2_097_152])
+def test_every_length_encodes_exactly(size):
+    """Headers worked out from lengths: each varint width of the nested lengths, parsed whole."""
+    values = dict(VALUES, image=bytes(range(256)) * (size // 256) + b"x" * (size % 256), key="k" * (size % 300))
+    serialized = schema.encode_example(values)
+    example = tf.train.Example.FromString(serialized)
+    assert example.ByteSize() == len(serialized)  # nothing more, nothing less
+    assert example.features.feature["image"].bytes_list.value == [values["image"]]
+    assert example.features.feature["key"].bytes_list.value == [values["key"].encode()]
+    assert example.features.feature["width"].int64_list.value == [2**40]
+
+
 def test_negative_and_zero_ints():
     values = dict(VALUES, label=-1, height=0)
     parsed = parse(schema.encode_example(values), "default")
