@@ -12,8 +12,6 @@ import tempfile
 
 import numpy as np
 
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
 from beam_etl import objstore, tfrecord
 
 MAX_CHUNK_BYTES = 256 << 20  # a bundle's split rolls over to a new chunk here: bounds the local temp file
@@ -52,7 +50,7 @@ def index_bytes(offsets) -> bytes:
 def _store(dest: str, sizes, record) -> None:
     """Write records 0..n-1 (record(j) gives the j-th) to `dest` in spread order, then their index."""
     order = spread_order(len(sizes))
-    with FileSystems.create(dest, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+    with objstore.create(dest) as out:
         pending, pending_bytes = [], 0
         for j in order:  # batched into ~8 MB writes: one call per record costs on a bucket
             pending.append(record(j))

@@ -9,10 +9,8 @@ credential decision travel with the work rather than with a process.
 import contextlib
 import logging
 import os
+import re
 import threading
-
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 _LOG = logging.getLogger(__name__)
 _LOCK = threading.Lock()
@@ -23,10 +21,61 @@ class StorageError(ValueError):
     """A bucket or prefix that can't be used; the message names it and the next step."""
 
 
+# Beam's FileSystems.URI_SCHEMA_PATTERN: the same answer without importing Beam.
+_URI_SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
+
+
+def _raw_scheme(uri: str):
+    found = _URI_SCHEME.match(uri.strip())
+    return found.group("scheme") if found else None
+
+
 def scheme(uri: str) -> str:
     """'gs', 's3', ... or '' for a local path."""
-    found = FileSystems.get_scheme(uri)
+    found = _raw_scheme(uri)
     return "" if found in (None, "file") else found
+
+
+# --- Files by path: plain paths through os, everything else through Beam's FileSystems ---------
+# The encode pool's processes import only what the per-image work needs. Importing Beam costs
+# each of them 2-3 s of CPU at start-up, next to the launcher's own import, and the forkserver
+# seconds more at exit; so Beam is imported where a path has a scheme (gs://, s3://, file://).
+
+
+def filesystems():
+    """Beam's FileSystems, imported on first use."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _plain(uri: str) -> bool:
+    return _raw_scheme(uri) is None
+
+
+def create(uri: str, gzip: bool = False):
+    """A new file for writing (its folder made on local disk), uncompressed unless gzip."""
+    if _plain(uri) and not gzip:
+        folder = os.path.dirname(uri)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        return open(uri, "wb")
+    from apache_beam.io.filesystem import CompressionTypes
+
+    kind = CompressionTypes.GZIP if gzip else CompressionTypes.UNCOMPRESSED
+    return filesystems().create(uri, mime_type="application/octet-stream", compression_type=kind)
+
+
+def join(base: str, *parts: str) -> str:
+    return os.path.join(base, *parts) if _plain(base) else filesystems().join(base, *parts)
+
+
+def rename(src: str, dst: str) -> None:
+    """Move one file; replaces `dst` (os.rename; copy-then-delete on gs:// and s3://)."""
+    if _plain(src) and _plain(dst):
+        os.rename(src, dst)
+    else:
+        filesystems().rename([src], [dst])
 
 
 def bucket_of(uri: str) -> str:
@@ -42,7 +91,7 @@ def configure(flags=(), uris=()) -> None:
         if key in _CONFIGURED:
             return
         options = PipelineOptions(list(flags))
-        FileSystems.set_options(options)  # the S3 filesystem reads its endpoint and keys here
+        filesystems().set_options(options)  # the S3 filesystem reads its endpoint and keys here
         if any(scheme(u) == "gs" for u in uris):
             _gcs_credentials(options)
         _CONFIGURED[key] = True
@@ -121,7 +170,7 @@ def _s3_bucket_exists(bucket: str) -> bool:
     import botocore.exceptions
     from apache_beam.options.pipeline_options import PipelineOptions, S3Options
 
-    opts = (FileSystems._pipeline_options or PipelineOptions()).view_as(S3Options)
+    opts = (filesystems()._pipeline_options or PipelineOptions()).view_as(S3Options)
     client = boto3.client(
         "s3",
         endpoint_url=opts.s3_endpoint_url,
@@ -149,9 +198,12 @@ def explained(uri: str, flag: str = "--input"):
     except StorageError as e:
         message = str(e)
         raise StorageError(message if message.startswith("--") else f"{flag} {message}") from None
-    except (BeamIOError, OSError, ValueError) as e:
-        if not scheme(uri) or (isinstance(e, ValueError) and type(e) is not ValueError):
-            raise  # a local path's error says it already; a ValueError subclass is ours (InputError)
+    except Exception as e:  # noqa: BLE001 - narrowed here: Beam's error type is imported only now
+        from apache_beam.io.filesystem import BeamIOError
+
+        ours = isinstance(e, ValueError) and type(e) is not ValueError  # a subclass: InputError
+        if not isinstance(e, (BeamIOError, OSError, ValueError)) or not scheme(uri) or ours:
+            raise  # a local path's error says it already
         raise StorageError(f"{flag} {uri}: {_explain(uri, e)}") from None
 
 
@@ -175,8 +227,12 @@ def open_read(uri: str):
     read-ahead threads share a process and google-cloud-storage's client is not thread-safe.
     """
     kind = scheme(uri)
+    if _plain(uri):
+        return open(uri, "rb")
     if kind not in ("gs", "s3"):
-        return FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED)
+        from apache_beam.io.filesystem import CompressionTypes
+
+        return filesystems().open(uri, compression_type=CompressionTypes.UNCOMPRESSED)
     return _client(kind).open(uri)
 
 
@@ -190,7 +246,7 @@ def read_range(uri: str, start: int, end: int) -> bytes:
         return b""
     kind = scheme(uri)
     if kind not in ("gs", "s3"):
-        with FileSystems.open(uri, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        with open_read(uri) as f:
             f.seek(start)
             return f.read(end - start)
     bucket, name = uri.split("://", 1)[1].split("/", 1)
@@ -206,7 +262,7 @@ def read_range(uri: str, start: int, end: int) -> bytes:
 
 def _client(kind: str):
     """This thread's Beam GcsIO or S3IO for the current pipeline options."""
-    key = (kind, id(FileSystems._pipeline_options))
+    key = (kind, id(filesystems()._pipeline_options))
     clients = _IO.__dict__.setdefault("clients", {})
     if key not in clients:
         clients[key] = _new_io(kind)
@@ -216,7 +272,7 @@ def _client(kind: str):
 def _new_io(kind: str):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = FileSystems._pipeline_options or PipelineOptions()
+    options = filesystems()._pipeline_options or PipelineOptions()
     if kind == "gs":
         from apache_beam.io.gcp import gcsio
 
@@ -241,8 +297,7 @@ def copy_file(src: str, dst: str) -> None:
     """Copy one file across filesystems (local to a bucket) by streaming it through Beam."""
     import shutil
 
-    raw = CompressionTypes.UNCOMPRESSED
-    with FileSystems.open(src, compression_type=raw) as fin, FileSystems.create(dst, compression_type=raw) as fout:
+    with open_read(src) as fin, create(dst) as fout:
         shutil.copyfileobj(fin, fout, 8 << 20)
 
 
@@ -252,4 +307,4 @@ def delete_tree(folder: str) -> None:
     Beam's GCS and S3 filesystems delete recursively only for a path that ends in "/"; without
     it they delete the one object of that name, which a "folder" never is.
     """
-    FileSystems.delete([folder.rstrip("/") + "/" if scheme(folder) else folder])
+    filesystems().delete([folder.rstrip("/") + "/" if scheme(folder) else folder])

@@ -7,8 +7,6 @@ import uuid
 
 import numpy as np
 
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
-
 from beam_etl import localio, objstore, tfrecord
 from beam_etl.chunks import read_index
 
@@ -196,12 +194,11 @@ def write_shard(ranges, index: int, count: int, dest: str, compression: str = "n
     (localio: the page cache costs more than the disk).
     """
     seed = f"{seed}/{index}/{count}"
-    ctype = CompressionTypes.GZIP if compression == "gzip" else CompressionTypes.UNCOMPRESSED
     digest, nbytes, examples = hashlib.sha256(), 0, 0
     if compression == "none" and localio.is_local(dest):
         output = localio.DirectWriter(dest)
     else:
-        output = FileSystems.create(dest, mime_type="application/octet-stream", compression_type=ctype)
+        output = objstore.create(dest, gzip=compression == "gzip")
     with output as out:
         for record in _shuffled(_merged(ranges, seed), random.Random(seed), SHUFFLE_BUFFER):
             if keep is not None and not keep(record[12:-4]):
@@ -228,8 +225,8 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
 
     split, number, count, ranges = task
     name = shard_name(split, number, count, compression)
-    final = FileSystems.join(shard_dir, name)
-    temp = FileSystems.join(shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
+    final = objstore.join(shard_dir, name)
+    temp = objstore.join(shard_dir, f".{name}.{uuid.uuid4().hex}.tmp")
     keep = None
     if dropped:  # few, so a set per task is cheap
         dropped = set(dropped)
@@ -238,17 +235,17 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
     if index:  # from the temp file, before the rename makes the shard visible
         from beam_etl.index import index_name, write_index
 
-        write_index(temp, FileSystems.join(shard_dir, index_name(name)), check=False)
+        write_index(temp, objstore.join(shard_dir, index_name(name)), check=False)
     # A retried task finds its first copy in place, with the same records: the rename replaces it
     # (os.rename; copy-then-delete on gs:// and s3://), so no existence check costs a request.
-    FileSystems.rename([temp], [final])
+    objstore.rename(temp, final)
     return {"split": split, "file": name, "index": number, "count": count, "examples": examples, "bytes": nbytes, "sha256": digest, "indexed": index}
 
 
 def file_digest(path: str):
     """(bytes, sha256) of a file as stored."""
     digest, size = hashlib.sha256(), 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with objstore.open_read(path) as f:
         while True:
             block = f.read(1 << 20)
             if not block:

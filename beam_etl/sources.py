@@ -10,8 +10,6 @@ import posixpath
 import re
 import typing
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_etl import objstore
 
 SPLITS = ("train", "validation", "test")
@@ -92,7 +90,7 @@ def ref_from_path(source: Source, path: str, size: int) -> ImageRef:
 
 def list_source(source: Source):
     """Yield an ImageRef for each file of a folder or glob source."""
-    for result in FileSystems.match([source.pattern]):
+    for result in objstore.filesystems().match([source.pattern]):
         for meta in result.metadata_list:
             if is_folder_marker(meta.path):
                 continue
@@ -104,7 +102,7 @@ def list_source(source: Source):
 def _resolve(manifest_uri: str, path: str) -> str:
     if "://" in path or path.startswith("/"):
         return path
-    return FileSystems.join(posixpath.dirname(manifest_uri), path)
+    return objstore.join(posixpath.dirname(manifest_uri), path)
 
 
 def parse_manifest(uri: str, lines: typing.Iterable[str]):
@@ -150,7 +148,7 @@ def _jsonl_rows(uri, lines):
 
 def read_manifest(uri: str):
     """Yield the ImageRefs of a manifest, streaming it through Beam's FileSystems."""
-    with FileSystems.open(uri) as raw:
+    with objstore.filesystems().open(uri) as raw:
         yield from parse_manifest(uri, io.TextIOWrapper(raw, encoding="utf-8", newline=""))
 
 
@@ -178,7 +176,7 @@ def check_inputs(uris: typing.Sequence[str], labels: typing.Optional[typing.Sequ
 
 
 def _check_manifest(uri: str, labels) -> int:
-    if not FileSystems.exists(uri):
+    if not objstore.filesystems().exists(uri):
         raise InputError(f"--input {uri}: manifest not found")
     count = 0
     for ref in read_manifest(uri):
@@ -200,9 +198,9 @@ def _check_has_images(source: Source) -> int:
     from beam_etl.images import may_be_image_name  # images is Pillow-only; no cycle
 
     uri = source.uri
-    if source.kind == "folder" and not objstore.scheme(uri) and not FileSystems.exists(uri):
+    if source.kind == "folder" and not objstore.scheme(uri) and not objstore.filesystems().exists(uri):
         raise InputError(f"--input {uri}: no such folder")
-    listed = FileSystems.match([source.pattern], limits=[_CHECK_LIMIT])[0].metadata_list
+    listed = objstore.filesystems().match([source.pattern], limits=[_CHECK_LIMIT])[0].metadata_list
     files = [m.path for m in listed if not is_folder_marker(m.path) and not is_hidden(ref_from_path(source, m.path, 0).key)]
     if any(may_be_image_name(path) for path in files):
         return len(files)

@@ -9,6 +9,7 @@ import collections
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 import threading
 import time
 
@@ -133,6 +134,14 @@ def shutdown() -> None:
         pool.shutdown(wait=True, cancel_futures=True)
     from multiprocessing import forkserver, resource_tracker
 
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if server is not None:
+        # Its children are gone (shutdown waited), and it holds nothing to save; left to exit by
+        # itself it spends seconds in the interpreter's final collection of what it imported.
+        try:
+            os.kill(server, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
     for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
         stop = getattr(helper, "_stop", None)  # private, in CPython since 3.8: close its pipe, reap it
         if stop is not None:

@@ -130,3 +130,24 @@ def test_pool_processes_keep_freed_memory_for_the_next_image():
     untuned = subprocess.run([sys.executable, "-c", "from tests.test_workpool import _rss_kept_after_freeing as f; print(f(40))"],
                              cwd=ROOT, capture_output=True, text=True, check=True)
     assert float(untuned.stdout) < 10, untuned.stdout  # glibc's default: a block this size goes back at once
+
+
+def test_the_pool_processes_import_no_beam():
+    """The forkserver preloads the per-image and shard-writing modules: Beam stays out of them."""
+    probe = ("import sys; from beam_etl import workpool; import beam_etl.records, beam_etl.sharding; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('apache_beam', 'tensorflow')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout[:500]
+
+
+def test_shutdown_ends_the_forkserver_at_once():
+    """shutdown() leaves no forkserver behind, and does not wait for its exit's final collection."""
+    from multiprocessing import forkserver
+
+    pool = workpool.OrderedMap(2, abs)
+    assert [out for _, out in [*pool.put(-1), *pool.put(-2), *pool.drain()]] == [1, 2]
+    server = forkserver._forkserver._forkserver_pid
+    assert server and workpool._running(server)
+    workpool.shutdown()
+    assert forkserver._forkserver._forkserver_pid is None
+    assert not workpool._running(server)
