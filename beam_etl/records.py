@@ -120,15 +120,13 @@ def stage_chunk(refs, settings: Settings, chunk_dir: str) -> list:
     """
     import uuid
 
-    from apache_beam.io.filesystems import FileSystems  # Beam's file API only, as chunks.py uses it
-
     objstore.configure_for(chunk_dir, settings.filesystem_flags)  # once per process
     held, held_bytes, results = {}, {}, []  # split -> [framed records]
 
     def flush(split):
         framed = held.pop(split)
         held_bytes.pop(split)
-        dest = FileSystems.join(chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord")
+        dest = objstore.join(chunk_dir, f"{split}-{uuid.uuid4().hex}.tfrecord")
         return split, chunks.write_chunk(dest, framed)
 
     for ref, (record, reject) in zip(refs, convert_chunk(refs, settings)):

@@ -132,11 +132,24 @@ def test_pool_processes_keep_freed_memory_for_the_next_image():
     assert float(untuned.stdout) < 10, untuned.stdout  # glibc's default: a block this size goes back at once
 
 
-def test_the_pool_processes_import_no_beam():
-    """The forkserver preloads the per-image and shard-writing modules: Beam stays out of them."""
-    probe = ("import sys; from beam_etl import workpool; import beam_etl.records, beam_etl.sharding; "
-             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('apache_beam', 'tensorflow')))")
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+def test_the_pool_processes_import_no_beam(tmp_path):
+    """What a pool process imports and runs for a local job (stage_chunk) keeps Beam and TF out of it."""
+    from tests import corpus
+
+    (tmp_path / "cats").mkdir()
+    (tmp_path / "cats" / "a.jpg").write_bytes(corpus.jpeg(64, 48))
+    probe = f"""
+import sys
+from beam_etl import images, records, sharding, workpool
+from beam_etl.sources import ImageRef
+ref = ImageRef(uri={str(tmp_path / "cats" / "a.jpg")!r}, key="cats/a.jpg", label="cats", split="train", size=0)
+settings = records.Settings(policy=images.Policy(), label_ids={{"cats": 0}})
+(record, reject, staged), = records.stage_chunk([ref], settings, {str(tmp_path / "chunks")!r})
+assert reject is None and staged, (reject, staged)
+print(sorted(m for m in sys.modules if m.split('.')[0] in ('apache_beam', 'tensorflow')))
+"""
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]", out.stdout[:500]
 
 
