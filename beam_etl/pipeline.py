@@ -1,6 +1,7 @@
 """The convert pipeline: list, encode, write shards, analyse, publish."""
 
 import dataclasses
+import threading
 import uuid
 
 import apache_beam as beam
@@ -79,6 +80,11 @@ class _PublishFn(beam.DoFn):
             raise
         from beam_etl import transform_helper
 
+        # Every shard is written: the chunks are read no more. Deleting them (GBs; on a disk
+        # mounted with `discard`, seconds of synchronous trims) overlaps the graph's wait.
+        dropping = threading.Thread(target=_drop_quietly, args=(FileSystems.join(self.staging, "chunks"),),
+                                    name="drop-chunks", daemon=True)
+        dropping.start()
         work = None  # a local folder for the graph, made only when this worker writes it
         try:
             built = None  # (the graph's folder, its statistics)
@@ -107,9 +113,18 @@ class _PublishFn(beam.DoFn):
         finally:
             if work:
                 shutil.rmtree(work, ignore_errors=True)
+            dropping.join()
         objstore.delete_tree(self.staging)
         metadata.remove_stale_staging(config.output)  # what killed runs left behind: never published, now superseded
         yield document
+
+
+def _drop_quietly(folder: str) -> None:
+    """delete_tree(folder), where a failure is not one: the staging folder's own delete follows it."""
+    try:
+        objstore.delete_tree(folder)
+    except OSError:  # BeamIOError too; absent (no chunks staged there), or left to that delete
+        pass
 
 
 def _pool_does_the_spreading(p: beam.Pipeline, config: ConvertConfig) -> bool:

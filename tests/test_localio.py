@@ -14,7 +14,7 @@ def _write(path, pieces, buffer_bytes):
     return out
 
 
-@pytest.mark.parametrize("sizes", [[], [1], [4095], [4096], [4097], [8192], [8193], [3000] * 7, [20_000, 1, 12_287]], ids=str)
+@pytest.mark.parametrize("sizes", [[], [1], [4095], [4096], [4097], [8192], [8193], [3000] * 7, [20_000, 1, 12_287], [20_001] * 12], ids=str)
 def test_the_file_holds_exactly_the_bytes_written(tmp_path, sizes):
     pieces = [os.urandom(n) for n in sizes]
     path = tmp_path / "sub" / "out.bin"  # the folder is made, as FileSystems.create does
