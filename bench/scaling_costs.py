@@ -17,8 +17,9 @@ CLASS_B = 0.0004 / 1000  # Cloud Storage Class B operation: a download or metada
 
 # Measured here.
 # img/s, validate and pass through, 80 KB photos: 420 in the encode DoFn with a full decode (BENCHMARKS §1),
-# times 1.25 for the 1/8-scale JPEG validation (bench/validate_bench.py, BENCHMARKS §14).
-PASS_THROUGH_PER_CORE = 420 * 1.25
+# times 1.62 for the 1/8-scale JPEG validation with the cheaper Example encoder and statistics
+# (bench/validate_bench.py against the full decode, no pool malloc as on a Beam worker; BENCHMARKS §16).
+PASS_THROUGH_PER_CORE = 420 * 1.62
 UPLOAD_PART_MB = 8.4  # Beam's GCS writer: 164 MB written in 19.5 upload requests (BENCHMARKS §10)
 READ_BLOCK_MB = 16  # the staged shard writer's read block with up to 8 ranges (sharding.READ_BUDGET / ranges, at most 16 MB)
 RANGES_PER_SHARD = 64  # the chunks of one group (sharding.MAX_CHUNKS_PER_GROUP)
