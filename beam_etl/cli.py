@@ -16,6 +16,8 @@ EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
 
 
 def _convert_parser(sub):
+    from beam_etl import workpool  # no Beam, no Pillow: --help stays fast
+
     p = sub.add_parser("convert", help="images to sharded TFRecords", description="Convert images into a dataset directory of sharded TFRecords. Flags not listed here go to Beam (--runner, --direct_num_workers, --temp_location, ...).")
     p.add_argument("--input", action="append", required=True, help="an image folder ROOT/<label>/..., a glob, or a .csv/.jsonl manifest of path,label[,split]; repeatable")
     p.add_argument("--output", required=True, help="the dataset directory to write (local, gs://, s3://)")
@@ -27,6 +29,9 @@ def _convert_parser(sub):
     p.add_argument("--max_side", type=int, default=0, help="downsize so the longer side is at most this; 0 keeps the size")
     p.add_argument("--max_pixels", type=int, default=100_000_000, help="reject images with more pixels, before decoding them")
     p.add_argument("--max_file_mb", type=float, default=64.0, help="reject larger files without reading them")
+    p.add_argument("--image_timeout", type=float, default=30.0, help="seconds one image's validation and encode may take; past it the image is rejected as timeout and the job goes on (default: %(default)g)")
+    p.add_argument("--image_memory_mb", type=int, default=0, help="memory (private data) each encode-pool process may use; an image whose work needs more is rejected as too_large (default 0: half this machine's memory over the pool's processes, "
+                   f"here {workpool.default_memory_limit(workpool.cores()) >> 20:,} MB each for {workpool.cores()}). Without a pool, an image whose size says it may need over half of it is converted in a process of its own under it")
     p.add_argument("--validation_fraction", type=float, default=0.0, help="split off this fraction by a stable hash of the key, where the input gives no split")
     p.add_argument("--test_fraction", type=float, default=0.0)
     p.add_argument("--num_shards", help="shards per split: 64, or train=64,validation=8; overrides --shard_size_mb")
@@ -190,6 +195,8 @@ def _config(args, beam_args=()):
         raise ValueError("--shard_size_mb and --max_file_mb must be positive")
     if args.reads_in_flight < 1:
         raise ValueError(f"--reads_in_flight must be 1 or more, got {args.reads_in_flight}")
+    if args.image_timeout <= 0 or args.image_memory_mb < 0:
+        raise ValueError(f"--image_timeout must be positive and --image_memory_mb 0 or more, got {args.image_timeout} and {args.image_memory_mb}")
     if args.write_index and args.compression != "none":
         raise ValueError(f"--write_index needs --compression none: DALI indexes only uncompressed TFRecords, and --compression is {args.compression}")
     policy = images.Policy(channels=args.channels, image_format=args.image_format, jpeg_quality=args.jpeg_quality, max_side=args.max_side, max_pixels=args.max_pixels, pixel_hash=args.dedup)
@@ -215,6 +222,8 @@ def _config(args, beam_args=()):
         dedup=args.dedup,
         reads_in_flight=args.reads_in_flight,
         listed_inputs=listed,
+        image_timeout_s=args.image_timeout,
+        image_memory_mb=args.image_memory_mb,
     )
 
 
@@ -346,6 +355,10 @@ def _convert(args, beam_args, helper) -> int:
         print(f"beam-etl: conversion failed: {_root_cause(e, options)}{'; ' + stopped if stopped else ''}", file=sys.stderr)
         return EXIT_FAILED
     report.print_summary(config.output, time.time() - started)
+    lost = progress.counter_total(result, transforms.LOST)
+    if lost:  # each cost a rerun of the inputs it held, not the job (workpool.OrderedMap)
+        print(f"beam-etl: {lost} encode-pool process{'es' if lost > 1 else ''} died and {'were' if lost > 1 else 'was'} replaced; "
+              "the inputs they held were run again (see worker_crashed and timeout in the rejects)", file=sys.stderr)
     shuffled = progress.counter_total(result, transforms.SHUFFLED)
     if shuffled:  # what the writer choice costs on a runner with a real shuffle (README 'Writing shards')
         amount = f"{shuffled / 1e6:,.1f} MB" if shuffled >= 1e6 else f"{shuffled / 1e3:,.1f} kB"

@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import time
 import warnings
 from struct import error as struct_error  # raised by a few plugins on absurd headers
 
@@ -33,11 +34,27 @@ NO_LABEL = "no_label"
 UNKNOWN_LABEL = "unknown_label"
 DUPLICATE = "duplicate"
 DECODER_ERROR = "decoder_error"  # Pillow or a codec failed in a way none of the above names
+TIMEOUT = "timeout"  # validation and encode ran past --image_timeout
+WORKER_CRASHED = "worker_crashed"  # the encode process died on this input, alone (workpool.py)
 REASONS = (EMPTY, NOT_AN_IMAGE, CORRUPT, TRUNCATED, TOO_MANY_PIXELS, TOO_LARGE, UNREADABLE, NO_LABEL, UNKNOWN_LABEL,
-           DUPLICATE, DECODER_ERROR)
+           DUPLICATE, DECODER_ERROR, TIMEOUT, WORKER_CRASHED)
+
+DEFAULT_TIMEOUT_S = 30.0  # per image: validation and encode; --image_timeout
 
 JPEG_MAX_SIDE = 65_500  # libjpeg's JPEG_MAX_DIMENSION: a larger image is stored as PNG
 MAX_FRAMES = 10_000  # frames or pages a container may declare; past it, a reject
+
+
+class TooHeavy(Exception):
+    """An image whose size says its work may pass the memory given to work inline (canonicalise's inline_bytes)."""
+
+
+def work_bytes(width: int, height: int) -> int:
+    """What decoding and converting an image of this size may hold at once: a few 4-byte-per-pixel copies.
+
+    Measured: a flat 9000x9000 RGBA PNG peaks at 1.3 GB (decode, alpha flattened, RGB copy, resize).
+    """
+    return 4 * 4 * width * height
 
 
 class Rejected(Exception):
@@ -170,8 +187,66 @@ def _pillow(stage: str, source_format: str, max_pixels: int, keep_warnings: bool
         raise Rejected(reason, f"{source_format} {stage} failed: {text}") from None
     except (ValueError, SyntaxError, IndexError, struct_error, EOFError, ZeroDivisionError) as e:
         raise Rejected(CORRUPT, f"{source_format} {stage} failed: {type(e).__name__}: {e}") from None
+    except MemoryError:
+        raise out_of_memory(f"{source_format} {stage}") from None
     except Exception as e:  # noqa: BLE001 - NotImplementedError, MemoryError, ... from any plugin
         raise Rejected(DECODER_ERROR, f"{source_format} {stage} failed: {type(e).__name__}: {e}") from None
+
+
+def out_of_memory(what: str) -> Rejected:
+    """The too_large reject of an image whose work failed an allocation: the limit and the size reached."""
+    import resource
+
+    caps = [resource.getrlimit(which)[0] for which in (resource.RLIMIT_DATA, resource.RLIMIT_AS)]  # ours, or the caller's
+    limit = min((cap for cap in caps if cap != resource.RLIM_INFINITY), default=resource.RLIM_INFINITY)
+    try:  # VmData: what RLIMIT_DATA counts, as it stands after the failed allocation
+        with open("/proc/self/status") as f:
+            reached = next(f"{int(line.split()[1]) >> 10:,} MB" for line in f if line.startswith("VmData:"))
+    except (OSError, ValueError, StopIteration):  # no /proc (macOS)
+        reached = "an unknown size"
+    capped = f"a limit of {limit >> 20:,} MB per process (--image_memory_mb)" if limit != resource.RLIM_INFINITY else "the memory there is"
+    return Rejected(TOO_LARGE, f"{what} ran out of memory: an allocation failed with the process at {reached} of data, "
+                               f"against {capped}; raise --image_memory_mb if such images are wanted")
+
+
+class _Clock:
+    """A deadline for one image's work, checked at each read Pillow makes of its bytes and between steps."""
+
+    SLOW_AFTER_S = 0.25  # past this, the decode reads SLOW_BLOCK bytes at a time, so checks come often
+    SLOW_BLOCK = 1024
+
+    def __init__(self, limit_s: float):
+        self.started, self.limit_s, self.image = time.monotonic(), limit_s, None
+
+    def check(self, stage: str) -> float:
+        elapsed = time.monotonic() - self.started
+        if elapsed > self.limit_s:
+            raise Rejected(TIMEOUT, f"{stage} took {elapsed:.1f} s, over --image_timeout {self.limit_s:g} s")
+        if elapsed > self.SLOW_AFTER_S and self.image is not None:
+            # ImageFile.load reads decodermaxblock bytes per decode call (64 KB): one call over a
+            # block of, say, thousands of tiny progressive scans can take seconds by itself.
+            self.image.decodermaxblock = min(self.image.decodermaxblock, self.SLOW_BLOCK)
+        return elapsed
+
+
+class _TimedBytes(io.BytesIO):
+    """The input's bytes as Pillow reads them: every read checks the clock first."""
+
+    def __init__(self, data: bytes, clock: _Clock):
+        super().__init__(data)
+        self.clock = clock
+
+    def read(self, size=-1):
+        self.clock.check("decode")
+        return super().read(size)
+
+
+def _open_timed(data: bytes, clock: _Clock) -> Image.Image:
+    """Image.open on the bytes, the clock checked at each read; inside _pillow."""
+    im = clock.image = Image.open(_TimedBytes(data, clock))
+    if im.info.get("progressive"):  # each scan of a few bytes may go over the whole image again
+        im.decodermaxblock = _Clock.SLOW_BLOCK
+    return im
 
 
 # Signatures no text or random file starts with: a file that has one but that no Pillow plugin
@@ -180,13 +255,13 @@ _SIGNATURES = {b"II*\x00": "tiff", b"MM\x00*": "tiff", b"DDS ": "dds", b"BLP1": 
                b"8BPS": "psd", b"\x89PNG": "png", b"GIF8": "gif", b"\xff\xd8\xff": "jpeg", b"icns": "icns"}
 
 
-def _open(data: bytes, max_pixels: int) -> Image.Image:
+def _open(data: bytes, max_pixels: int, clock: _Clock) -> Image.Image:
     if not data:
         raise Rejected(EMPTY, "the file is empty (0 bytes)")
     tried = []  # each plugin's failure, as Pillow reports it
     try:
         with _pillow("open", "input", max_pixels, keep_warnings=True) as tried:
-            return Image.open(io.BytesIO(data))
+            return _open_timed(data, clock)
     except Rejected as r:
         rejected = r
     if rejected.reason == NOT_AN_IMAGE:
@@ -240,18 +315,26 @@ def _scaled_decode_fits(im: Image.Image, source_format: str, target_mode: str, p
     )
 
 
-def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) -> Canonical:
+def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S, inline_bytes: int = 0) -> Canonical:
     """Validate `data` by decoding it completely and return its canonical form; raise Rejected.
+
+    timeout_s: the work past it is a TIMEOUT reject, found at the decode's next read of the
+    input (a block of 64 KB, then 1 KB after SLOW_AFTER_S) or at the next step: so a time bomb
+    costs the limit plus at most one block's decode, with no thread or signal (a Beam worker's).
+    inline_bytes: TooHeavy when work_bytes of the image (from its header) is over it; 0: no check.
 
     scaled: a JPEG that passes through is decoded at 1/8 scale (libjpeg's DCT scaling). libjpeg
     still parses every marker and entropy-decodes every coefficient of every scan, so damage is
     found as in a full decode (tests/test_scaled_decode.py proves the same verdicts over a
     damaged corpus); it skips most of the IDCT, upsampling and colour conversion.
     """
-    im = _open(data, policy.max_pixels)
+    clock = _Clock(timeout_s)
+    im = _open(data, policy.max_pixels, clock)
     source_format = (im.format or "unknown").lower()
     width, height = im.size
     _check_pixels(width, height, policy, "")
+    if inline_bytes and work_bytes(width, height) > inline_bytes:
+        raise TooHeavy(f"{width}x{height}")
     with _pillow("header", source_format, policy.max_pixels):  # Rejected passes through it as is
         for count, (w, h, what) in enumerate(containers.declared_sizes(im, data)):  # headers only, no pixels
             if count >= MAX_FRAMES:
@@ -275,8 +358,9 @@ def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) ->
     )
     if scaled and not passthrough:  # say, an orientation only XMP declared: it is re-encoded, at full size
         with _pillow("decode", source_format, policy.max_pixels):
-            im = Image.open(io.BytesIO(data))
+            im = _open_timed(data, clock)
             im.load()
+    clock.check(f"{source_format} decode")
     with _pillow("conversion", source_format, policy.max_pixels):
         if orientation not in (1, None):
             im = ImageOps.exif_transpose(im)  # animated inputs keep their first frame
@@ -296,6 +380,7 @@ def canonicalise(data: bytes, policy: Policy = Policy(), scaled: bool = True) ->
             else:
                 im.save(buf, "PNG")
         out = buf.getvalue()
+    clock.check(f"{source_format} conversion and encode")
     with _pillow("statistics", source_format, policy.max_pixels):
         mean, sq_mean = _stats(im)
         pixels = im.tobytes() if policy.pixel_hash else b""

@@ -7,7 +7,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata, objstore, progress, records, runners
+from beam_etl import images, metadata, objstore, progress, records, runners, workpool
 from beam_etl.transforms import (
     CHUNKS,
     REJECTS,
@@ -40,6 +40,8 @@ class ConvertConfig:
     writer: str = "staged"  # "staged" (ours, flat memory everywhere) or "tfrecordio" (beam.io.WriteToTFRecord)
     write_index: bool = False  # a DALI .idx beside each shard
     dedup: bool = False  # drop exact duplicates, keyed on the sha256 of the decoded pixels
+    image_timeout_s: float = images.DEFAULT_TIMEOUT_S  # per image, validation and encode
+    image_memory_mb: int = 0  # memory cap per encode-pool process; 0: workpool.default_memory_limit
     filesystem_flags: tuple = ()  # the Beam flags FileSystems needs in every process (S3 endpoint, keys)
     reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
     encode_processes: int = 0  # >1: decode, encode and write shards in that many processes beside the Beam worker (DirectRunner)
@@ -151,6 +153,8 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         int(config.max_file_mb * 1e6),
         filesystem_flags=config.filesystem_flags,
         reads_in_flight=config.reads_in_flight,
+        timeout_s=config.image_timeout_s,
+        memory_limit_bytes=(config.image_memory_mb << 20) or workpool.default_memory_limit(config.encode_processes),
     )
     progress_dir = progress.progress_folder(staging) if live_progress else None
     chunk_dir = FileSystems.join(staging, "chunks")

@@ -56,6 +56,13 @@ class ReadAhead:
         return future
 
 
+def done(value) -> concurrent.futures.Future:
+    """A Future that already holds `value`."""
+    future = concurrent.futures.Future()
+    future.set_result(value)
+    return future
+
+
 def each(read, items, depth: int):
     """ReadAhead over an iterable: yields (item, Future) in input order."""
     reads = ReadAhead(read, depth)

@@ -4,7 +4,7 @@ import dataclasses
 import functools
 import typing
 
-from beam_etl import chunks, images, objstore, readahead, schema, sources, tfrecord
+from beam_etl import chunks, images, objstore, readahead, schema, sources, tfrecord, workpool
 from beam_etl.images import Rejected
 from beam_etl.sources import ImageRef, assign_split
 
@@ -38,10 +38,10 @@ def check_label(ref: ImageRef, label_ids: dict) -> int:
 
 
 def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: dict, schema_name: str, validation_fraction: float = 0.0, test_fraction: float = 0.0,
-                scaled: bool = True):
-    """(split, Example bytes, Facts) for one image; raises Rejected. scaled: see images.canonicalise."""
+                scaled: bool = True, timeout_s: float = images.DEFAULT_TIMEOUT_S, inline_bytes: int = 0):
+    """(split, Example bytes, Facts) for one image; raises Rejected. The rest: see images.canonicalise."""
     label = check_label(ref, label_ids)
-    canon = images.canonicalise(data, policy, scaled)
+    canon = images.canonicalise(data, policy, scaled, timeout_s, inline_bytes)
     split = ref.split or assign_split(ref.key, validation_fraction, test_fraction)
     example = schema.encode_example(
         {
@@ -74,6 +74,8 @@ class Settings:
     filesystem_flags: tuple = ()  # Beam flags for FileSystems in worker processes: S3 endpoint, keys
     reads_in_flight: int = 1  # reads kept ahead of the decode in each worker (readahead.py)
     scaled_decode: bool = True  # pass-through JPEGs validated at 1/8 scale; False: bench/baseline.py's full decode
+    timeout_s: float = images.DEFAULT_TIMEOUT_S  # per image, validation and encode (--image_timeout)
+    memory_limit_bytes: int = 0  # memory cap per encode process (--image_memory_mb, workpool.limits); 0: none
 
 
 def fetch(ref: ImageRef, settings: Settings) -> bytes:
@@ -87,19 +89,58 @@ def convert(ref: ImageRef, settings: Settings, data: typing.Optional[bytes] = No
     """Make the record of one input, read here unless `data` is given: (split, Example bytes, Facts); raises Rejected."""
     if data is None:
         data = fetch(ref, settings)
+    # Where no cap can be set (a Beam worker), an image whose size says its work may pass half
+    # the cap goes to a process of its own that has it (convert_alone).
+    inline = 0 if workpool.in_pool() else settings.memory_limit_bytes // 2
     return make_record(ref, data, settings.policy, settings.label_ids, settings.schema_name, settings.validation_fraction, settings.test_fraction,
-                       settings.scaled_decode)
+                       settings.scaled_decode, settings.timeout_s, inline)
 
 
 def convert_or_reject(ref: ImageRef, settings: Settings, fetched=None):
     """convert() with the reject as a value: (record, None) or (None, (reason, message)).
 
     fetched: a Future of fetch(ref, settings), read ahead on another thread (readahead.py).
+    In an encode-pool process the work also runs under workpool.limits: a memory cap, and a
+    hard time limit that ends the process (the pool then finds the input: workpool.OrderedMap).
     """
     try:
-        return convert(ref, settings, None if fetched is None else fetched.result()), None
+        try:
+            data = fetch(ref, settings) if fetched is None else fetched.result()
+        except MemoryError:  # read ahead while another image's work held the memory cap: it is free now
+            data = fetch(ref, settings)
+        with workpool.limits(hard_timeout_s(settings.timeout_s), settings.memory_limit_bytes):
+            return convert(ref, settings, data), None
     except Rejected as r:
         return None, (r.reason, r.message)
+    except images.TooHeavy:
+        return convert_alone(ref, settings, data)
+    except MemoryError:  # outside Pillow's calls: our statistics or the Example
+        r = images.out_of_memory("its record")
+        return None, (r.reason, r.message)
+
+
+def _convert_given(ref: ImageRef, settings: Settings, data: bytes):
+    return convert_or_reject(ref, settings, readahead.done(data))
+
+
+def convert_alone(ref: ImageRef, settings: Settings, data: bytes):
+    """convert_or_reject() in a fresh process under the pool's limits: for a Beam worker, which must live."""
+    outcome, value = workpool.run_alone(_convert_given, ref, settings, data)
+    return value if outcome == "ok" else crashed(ref, value, settings.timeout_s)
+
+
+def hard_timeout_s(timeout_s: float) -> float:
+    """When a pool process's own alarm ends it: the soft limit plus room for one last decode call."""
+    return 2 * timeout_s + 10
+
+
+def crashed(ref: ImageRef, death: str, timeout_s: float):
+    """The outcome of an input that ended a fresh encode process by itself (workpool.OrderedMap's on_crash)."""
+    if death == "SIGALRM":  # the process's hard time limit: a decode call that never came back to check
+        return None, (images.TIMEOUT, f"the encode did not end within {hard_timeout_s(timeout_s):g} s (--image_timeout {timeout_s:g} s, "
+                                      "then its process's hard limit); its process was stopped")
+    return None, (images.WORKER_CRASHED, f"the encode process died with {death} on this input, run alone in a fresh process after a first "
+                                         "death (a crash in an image library, or killed for memory); the rest of its batch was run again")
 
 
 def convert_chunk(refs, settings: Settings) -> list:

@@ -68,6 +68,16 @@ class ListImages(beam.PTransform):
         return refs, fingerprint, count
 
 
+LOST = "pool_processes_lost"  # the counter of encode-pool processes that died (workpool.OrderedMap)
+
+
+def count_lost(pool) -> None:
+    """Add what `pool` lost since the last call to the LOST counter."""
+    lost, pool.lost = pool.lost, 0
+    if lost:
+        Metrics.counter(NAMESPACE, LOST).inc(lost)
+
+
 class _EncodeFn(beam.DoFn):
     """Reads and encodes each ImageRef, inline or in a process pool (processes > 1; DirectRunner only)."""
 
@@ -92,7 +102,8 @@ class _EncodeFn(beam.DoFn):
         if self.processes > 1:
             convert = (functools.partial(records.stage_chunk, settings=self.settings, chunk_dir=self.chunk_dir) if self.chunk_dir
                        else functools.partial(records.convert_chunk, settings=self.settings))
-            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True)
+            self.pool = workpool.OrderedMap(self.processes, convert, describe=lambda ref: ref.uri, per_chunk=True,
+                                            on_crash=functools.partial(records.crashed, timeout_s=self.settings.timeout_s))
         else:  # in this worker: reads ahead on threads, so a slow store's latency overlaps the decode
             self.reads = readahead.ReadAhead(functools.partial(records.fetch, settings=self.settings), self.settings.reads_in_flight)
 
@@ -104,6 +115,8 @@ class _EncodeFn(beam.DoFn):
                 tag, value = (out.tag, out.value) if isinstance(out, beam.pvalue.TaggedOutput) else (None, out)
                 windowed = WindowedValue(value, 0, [GlobalWindow()])
                 yield windowed if tag is None else beam.pvalue.TaggedOutput(tag, windowed)
+        if self.processes > 1:
+            count_lost(self.pool)
         self.progress.flush()
 
     def process(self, ref):
@@ -267,6 +280,7 @@ class _WriteShardFn(beam.DoFn):
             for _, shard in self.pool.drain():
                 self.shards.inc()
                 yield WindowedValue(shard, 0, [GlobalWindow()])
+            count_lost(self.pool)  # a shard whose process died was written again, alone, from its chunks
 
 
 class WriteShards(beam.PTransform):

@@ -7,6 +7,7 @@ the encode step hands it to worker processes and keeps everything else where it 
 
 import collections
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -14,6 +15,7 @@ import threading
 import time
 
 _POOLS = {}  # processes -> ProcessPoolExecutor, shared by every DoFn instance of this process
+_IN_POOL = False  # True in a pool process: only there may limits() cap memory and end the process
 
 
 class WorkerDied(RuntimeError):
@@ -26,6 +28,23 @@ def cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def memory_bytes() -> int:
+    """This machine's memory, or the container's where a cgroup caps it lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                total = min(total, int(f.read().strip()))
+        except (OSError, ValueError):  # none, or "max"
+            pass
+    return total
+
+
+def default_memory_limit(processes: int) -> int:
+    """The memory cap of each encode-pool process (workpool.limits): half the memory, over the processes."""
+    return max(1 << 30, memory_bytes() // (2 * max(1, processes)))
 
 
 def _context():
@@ -54,7 +73,12 @@ def executor(processes: int, preload=("beam_etl.records", "beam_etl.sharding")) 
 MALLOC_MMAP_THRESHOLD = 64 << 20  # only allocations above this get their own mapping
 MALLOC_TRIM_THRESHOLD = 256 << 20  # free memory at the top of the heap kept for reuse, at most
 MALLOC_TOP_PAD = 64 << 20  # grow the heap in steps this large
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3  # glibc's malloc.h
+# Each thread that allocates would get an arena of its own, up to 8 per core, each of which maps
+# 64 MB: with 16 reading threads that is 1.1 GB of a process's data before any image, all of it
+# counted by limits()'s cap (seen: "can't start new thread" under a 1 GB cap). The readers
+# allocate little; two arenas serve them.
+MALLOC_ARENA_MAX = 2
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -2, -3, -8  # glibc's malloc.h
 
 
 def tune_malloc() -> bool:
@@ -68,7 +92,8 @@ def tune_malloc() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return all(mallopt(param, value) == 1 for param, value in (
-        (_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD), (_M_TOP_PAD, MALLOC_TOP_PAD)))
+        (_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD), (_M_TOP_PAD, MALLOC_TOP_PAD),
+        (_M_ARENA_MAX, MALLOC_ARENA_MAX)))
 
 
 def _leave_with(launcher: int) -> None:
@@ -77,6 +102,8 @@ def _leave_with(launcher: int) -> None:
     A launcher killed by SIGTERM, SIGKILL or the OOM killer cleans nothing up, and its
     workers would wait for work forever, holding the forkserver alive with them (seen here).
     """
+    global _IN_POOL
+    _IN_POOL = True
     tune_malloc()
 
     def watch():
@@ -105,6 +132,75 @@ def _running(pid: int) -> bool:
 
 def _noop():
     return os.getpid()
+
+
+_MEMORY_SET = [None]  # the memory cap this process has set
+
+
+@contextlib.contextmanager
+def limits(hard_timeout_s: float, memory_bytes: int = 0):
+    """In a pool process: the work inside runs under a memory cap and a hard time limit.
+
+    The cap is RLIMIT_DATA, the process's private data (the heap, numpy's and Pillow's image
+    memory, thread stacks), not RLIMIT_AS, which also counts what is only reserved. An
+    allocation past it fails with MemoryError, which the work reports as a reject. The time
+    limit is SIGALRM left to its default action: it ends the process even inside a C call that
+    never returns to Python, and OrderedMap then runs the inputs again and finds the one that
+    did it. Anywhere else (a Beam worker, a test) nothing is set.
+    """
+    if not _IN_POOL:
+        yield
+        return
+    if memory_bytes and _MEMORY_SET[0] != memory_bytes:
+        import resource
+
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard), hard))
+        _MEMORY_SET[0] = memory_bytes
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, hard_timeout_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def in_pool() -> bool:
+    """Whether this process is a pool process (or run_alone's), where limits() applies."""
+    return _IN_POOL
+
+
+def _alone(conn, launcher: int, call, args) -> None:
+    """In a fresh process: call(*args), the result or the exception sent back on conn."""
+    _leave_with(launcher)
+    try:
+        outcome = ("ok", call(*args))
+    except BaseException as e:  # noqa: BLE001 - the caller raises it, as the pool would have
+        outcome = ("raised", e)
+    conn.send(outcome)
+    conn.close()
+
+
+def run_alone(call, *args):
+    """call(*args) in a fresh process of its own: ("ok", result), or ("died", the signal or exit code)."""
+    context = _context()
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=_alone, args=(send, os.getpid(), call, args), daemon=True)
+    process.start()
+    send.close()
+    try:
+        kind, value = receive.recv()
+    except EOFError:  # it died before sending
+        kind, value = "died", None
+    finally:
+        receive.close()
+        process.join()
+    if kind == "raised":
+        raise value
+    if kind == "died":
+        code = process.exitcode
+        return "died", signal.Signals(-code).name if code is not None and code < 0 else f"exit code {code}"
+    return kind, value
 
 
 def warm(processes: int) -> None:
@@ -168,24 +264,36 @@ def _run_whole_chunk(fn, items):
     return results
 
 
+MAX_DEATHS, MAX_DEATHS_PER_ITEM = 10, 0.01  # past 10 + 1% of the items, process deaths fail the map
+
+
 class OrderedMap:
     """fn over items in a process pool, in chunks; yields (item, fn(item)) in input order.
 
     At most `max_chunks` chunks are in flight, so memory is bounded by
     chunk_size * max_chunks results whatever the input size. per_chunk: fn takes a whole
     chunk and returns its results in order (to overlap work inside a chunk).
+
+    A pool process that dies (a crash in a native library, the OOM killer, an operator's kill)
+    costs its inputs one rerun, not the job: the pool is replaced, and each chunk it held runs
+    again in a fresh process of its own; a chunk that kills that one too runs an item at a
+    time, each alone, and an item that kills its process by itself gets on_crash(item, signal
+    name) as its result (None: WorkerDied is raised). `lost` counts the processes that died.
     """
 
-    def __init__(self, processes: int, fn, chunk_size: int = 64, max_chunks: int = 0, describe=repr, per_chunk: bool = False):
+    def __init__(self, processes: int, fn, chunk_size: int = 64, max_chunks: int = 0, describe=repr, per_chunk: bool = False, on_crash=None):
         self.processes, self.fn, self.chunk_size = processes, fn, chunk_size
         self.run = _run_whole_chunk if per_chunk else _run_chunk
         self.max_chunks = max_chunks or 3 * processes  # enough to keep every worker busy while the caller works
-        self.describe = describe
+        self.describe, self.on_crash = describe, on_crash
         self.pool = executor(processes)
-        self.chunk, self.pending = [], collections.deque()  # pending: (items, future)
+        self.chunk, self.pending = [], collections.deque()  # pending: (items, future, pool)
+        self.lost = 0  # since the caller last took it (transforms.count_lost)
+        self.deaths, self.items = 0, 0  # over this map's life: a pool that can't keep a process alive fails
 
     def put(self, item):
         """Queue one item; yields the results that are ready (waits when too many are in flight)."""
+        self.items += 1
         self.chunk.append(item)
         if len(self.chunk) >= self.chunk_size:
             self._submit()
@@ -203,22 +311,43 @@ class OrderedMap:
         items, self.chunk = self.chunk, []
         try:
             future = self.pool.submit(self.run, self.fn, items)
-        except concurrent.futures.process.BrokenProcessPool:
-            self._broken(items)
-        self.pending.append((items, future))
+        except concurrent.futures.process.BrokenProcessPool:  # broke since the last result was taken
+            self._replace(self.pool)
+            future = self.pool.submit(self.run, self.fn, items)
+        self.pending.append((items, future, self.pool))
 
     def _pop(self):
-        items, future = self.pending.popleft()
+        items, future, pool = self.pending.popleft()
         try:
             results = future.result()
-        except concurrent.futures.process.BrokenProcessPool:
-            self._broken(items)
+        except (concurrent.futures.process.BrokenProcessPool, concurrent.futures.CancelledError):  # cancelled: by _discard
+            self._replace(pool)
+            results = self._alone(items)
         yield from zip(items, results)
 
-    def _broken(self, items):
-        _discard(self.processes)  # a retry gets a fresh pool
-        first = self.describe(items[0]) if items else "?"
-        raise WorkerDied(
-            f"a worker process died (killed for memory, or a crash in an image library) while working on {len(items)} "
-            f"items starting with {first}; rerun with --encode_processes 0 to do the work in the Beam worker and find the input"
-        ) from None
+    def _replace(self, broken) -> None:
+        """A fresh pool for what comes next, once per broken pool; every chunk in flight is rerun."""
+        if broken is self.pool:
+            self._died("a pool process")
+            _discard(self.processes)
+            self.pool = executor(self.processes)
+
+    def _died(self, what: str) -> None:
+        self.lost += 1
+        self.deaths += 1
+        if self.deaths > MAX_DEATHS + self.items * MAX_DEATHS_PER_ITEM:
+            raise WorkerDied(f"{self.deaths} worker processes died over {self.items} items, the last {what}: not a bad input but "
+                             "something that kills every process (memory, the environment); see the log above")
+
+    def _alone(self, items) -> list:
+        """The results of items that were in a pool when a process died: run again, alone."""
+        outcome, value = run_alone(self.run, self.fn, items)
+        if outcome == "ok":
+            return value
+        self._died(f"with {value} on {self.describe(items[0])}")
+        if len(items) > 1:
+            return [result for item in items for result in self._alone([item])]
+        if self.on_crash is None:
+            raise WorkerDied(f"a worker process died with {value} while working on {self.describe(items[0])}, twice: "
+                             "the second time alone in a fresh process")
+        return [self.on_crash(items[0], value)]

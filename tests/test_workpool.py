@@ -37,14 +37,69 @@ def test_results_come_back_in_input_order_from_several_processes():
     assert len({pid for _, (_, pid) in out} - {os.getpid()}) == 2
 
 
-def test_a_killed_worker_names_the_items_and_the_next_step():
-    pool = workpool.OrderedMap(2, _die_on_13, chunk_size=4, describe=lambda x: f"item-{x}")
-    with pytest.raises(workpool.WorkerDied, match=r"died .* starting with item-\d+; rerun with --encode_processes 0"):
-        for i in range(40):
-            list(pool.put(i))
-        list(pool.drain())
+def _run_all(pool, items):
+    out = []
+    for i in items:
+        out.extend(pool.put(i))
+    out.extend(pool.drain())
+    return out
+
+
+def test_an_item_that_kills_its_process_costs_that_item_only():
+    pool = workpool.OrderedMap(2, _die_on_13, chunk_size=4, on_crash=lambda item, death: ("crashed", item, death))
+    out = _run_all(pool, range(40))
+    assert [item for item, _ in out] == list(range(40))  # every item once, in order
+    assert [r for _, r in out] == [("crashed", 13, "SIGKILL") if i == 13 else i for i in range(40)]
+    assert pool.lost == 3  # in the pool, then with its chunk alone, then alone
     again = workpool.OrderedMap(2, _square_with_pid)  # the broken pool was replaced
-    assert [r for _, (r, _) in list(again.put(3)) + list(again.drain())] == [9]
+    assert [r for _, (r, _) in _run_all(again, [3])] == [9]
+
+
+def test_without_on_crash_a_killing_item_is_named():
+    pool = workpool.OrderedMap(2, _die_on_13, chunk_size=4, describe=lambda x: f"item-{x}")
+    with pytest.raises(workpool.WorkerDied, match=r"died with SIGKILL while working on item-13, twice"):
+        _run_all(pool, range(40))
+
+
+def _slow_square_with_pid(x):
+    time.sleep(0.01)
+    return x * x, os.getpid()
+
+
+def test_a_pool_process_killed_from_outside_costs_no_item():
+    pool = workpool.OrderedMap(2, _slow_square_with_pid, chunk_size=5, on_crash=lambda item, death: pytest.fail(f"{item} blamed for {death}"))
+    out = []
+    for i in range(400):
+        out.extend(pool.put(i))
+        if i == 100:
+            victim = next(pid for _, (_, pid) in out)
+            os.kill(victim, signal.SIGKILL)
+    out.extend(pool.drain())
+    assert [item for item, _ in out] == list(range(400))
+    assert [r for _, (r, _) in out] == [i * i for i in range(400)]
+    assert pool.lost == 1
+
+
+def _limited(x):
+    with workpool.limits(hard_timeout_s=1.0, memory_bytes=1 << 30):
+        if x == "allocate":
+            try:
+                bytearray(2 << 30)
+            except MemoryError:
+                return "MemoryError"
+            return "allocated"
+        if x == "hang":
+            time.sleep(30)
+        return x
+
+
+def test_limits_cap_memory_and_end_a_hung_process_in_the_pool_only():
+    pool = workpool.OrderedMap(2, _limited, chunk_size=1, on_crash=lambda item, death: death)
+    assert [r for _, r in _run_all(pool, ["allocate", "hang", "fine"])] == ["MemoryError", "SIGALRM", "fine"]
+    assert _limited("fine") == "fine"  # here, outside a pool process, nothing is set
+    import resource
+
+    assert resource.getrlimit(resource.RLIMIT_DATA)[0] == resource.RLIM_INFINITY
 
 
 def test_cores_is_positive():
