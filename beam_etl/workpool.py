@@ -105,6 +105,7 @@ def _leave_with(launcher: int) -> None:
     global _IN_POOL
     _IN_POOL = True
     tune_malloc()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # limits()'s hard time limit ends the process
 
     def watch():
         while True:
@@ -157,8 +158,7 @@ def limits(hard_timeout_s: float, memory_bytes: int = 0):
         hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
         resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard), hard))
         _MEMORY_SET[0] = memory_bytes
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.setitimer(signal.ITIMER_REAL, hard_timeout_s)
+    signal.setitimer(signal.ITIMER_REAL, hard_timeout_s)  # SIGALRM is at its default (_leave_with)
     try:
         yield
     finally:

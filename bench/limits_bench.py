@@ -22,6 +22,7 @@ over the process tree (psutil, every 0.1 s), rejects by reason, and the processe
 import argparse
 import json
 import os
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -31,8 +32,9 @@ import time
 import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
+from convert_bench import tree_rss  # noqa: E402
 from tests import bombs  # noqa: E402
 from tests.corpus import encode, photo  # noqa: E402
 from tests.test_limits import _mid_encode, _mid_write  # noqa: E402
@@ -52,20 +54,6 @@ def build(folder, good, bad):
             f.write(data)
 
 
-def tree_rss(proc) -> int:
-    total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def run(folder, out, extra, condition=None, env=None):
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "tests", "crash_plugin") + os.pathsep + ROOT, BEAM_ETL_TEST_CRASH_PLUGIN="1",
@@ -77,7 +65,7 @@ def run(folder, out, extra, condition=None, env=None):
     while child.poll() is None:
         peak = max(peak, tree_rss(ps))
         if condition and killed is None:
-            victims = condition(__import__("pathlib").Path(out), child.pid)
+            victims = condition(pathlib.Path(out), child.pid)
             if victims:
                 killed = victims[0]
                 os.kill(killed, signal.SIGKILL)
