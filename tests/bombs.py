@@ -48,5 +48,5 @@ def memory_bomb(side: int = 9000) -> bytes:
 
 
 def crash_file(signal_name: str = "SIGSEGV") -> bytes:
-    """A file that tests/crash_plugin's format decodes by sending its own process `signal_name`."""
+    """A file that tests/crash_plugin's format decodes by sending its own process `signal_name` (HANG: by hanging)."""
     return CRASH_MAGIC + signal_name.encode() + b"\n" + bytes(64)

@@ -224,3 +224,13 @@ def test_a_death_alone_names_its_cause():
     assert "within 14 s" in records.crashed(ref, "SIGALRM", 2.0)[1][1]
     reason, message = records.crashed(ref, "SIGSEGV", 2.0)[1]
     assert reason == images.WORKER_CRASHED and "died with SIGSEGV" in message
+
+
+def test_a_decode_that_never_returns_is_a_timeout_by_the_pool_process_hard_limit(tmp_path):
+    """No clock check can run inside a C call that hangs: the process's own SIGALRM ends it, twice, then alone."""
+    folder = tmp_path / "images"
+    files = make_folder(folder, seeds=range(20), extra={"ant/zz_hang.png": bombs.crash_file("HANG")})
+    code, text, _ = _convert(folder, tmp_path / "ds", ["--encode_processes", "2", "--image_timeout", "0.5"])
+    assert code == 0, text[-3000:]
+    rejects = _check(tmp_path / "ds", sorted(set(files) - {"ant/zz_hang.png"}), {"ant/zz_hang.png": "timeout"}, text)
+    assert "did not end within 11 s" in rejects[0]["message"]
