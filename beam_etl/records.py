@@ -139,8 +139,8 @@ def crashed(ref: ImageRef, death: str, timeout_s: float):
     if death == "SIGALRM":  # the process's hard time limit: a decode call that never came back to check
         return None, (images.TIMEOUT, f"the encode did not end within {hard_timeout_s(timeout_s):g} s (--image_timeout {timeout_s:g} s, "
                                       "then its process's hard limit); its process was stopped")
-    return None, (images.WORKER_CRASHED, f"the encode process died with {death} on this input, run alone in a fresh process after a first "
-                                         "death (a crash in an image library, or killed for memory); the rest of its batch was run again")
+    return None, (images.WORKER_CRASHED, f"the encode process died with {death} on this input, run alone in a fresh process "
+                                         "(a crash in an image library, or killed for memory); the other inputs were run again")
 
 
 def convert_chunk(refs, settings: Settings) -> list:

@@ -40,9 +40,10 @@ def _beam_etl(*args, check=True, timeout=900, env=None):
 def cluster(tmp_path_factory):
     """`beam-etl flink up` as a user runs it; `down` at the end must leave nothing running."""
     folder = tmp_path_factory.mktemp("flink")
-    # The SDK workers keep each shard open 2 s longer (tests/slow_shards), so a kill lands mid-write.
-    env = dict(_env(), PYTHONPATH=os.path.join(ROOT, "tests", "slow_shards") + os.pathsep + ROOT,
-               BEAM_ETL_TEST_SHARD_PAUSE="2")
+    # The SDK workers keep each shard open 2 s longer (tests/slow_shards), so a kill lands mid-write,
+    # and decode tests/bombs.crash_file by crashing (tests/crash_plugin, which also runs slow_shards).
+    env = dict(_env(), PYTHONPATH=os.path.join(ROOT, "tests", "crash_plugin") + os.pathsep + ROOT,
+               BEAM_ETL_TEST_SHARD_PAUSE="2", BEAM_ETL_TEST_CRASH_PLUGIN="1")
     up = _beam_etl("flink", "up", "--dir", folder, "--any_ports", timeout=600, env=env)
     started = flink.load(str(folder))
     started.flags_printed = up.stdout.split()
@@ -147,6 +148,32 @@ def test_a_manifest_converts_on_flink(cluster, digits, tmp_path):
     run_convert(*args, "--output", direct)
     _beam_etl("convert", *args, "--output", out, *cluster.flags())
     _assert_same_dataset(out, direct)
+
+
+@pytest.mark.parametrize("processes", ["0", "2"])
+def test_bombs_and_crashes_cost_one_input_each_on_flink(processes, cluster, digits, tmp_path):
+    """In the SDK workers (0): the time limit and the memory rule for large images, and no worker dies.
+    With a pool beside each SDK worker (2): the same, and a decoder's crash is one worker_crashed reject."""
+    from tests import bombs
+
+    root, _ = digits
+    folder = tmp_path / "digits"
+    for label in sorted(os.listdir(root)):
+        os.makedirs(folder / label)
+        for name in sorted(n for n in os.listdir(root / label) if n[0].isdigit())[:10]:  # no copies, no broken files
+            shutil.copy(root / label / name, folder / label / name)
+    bad = {"1/zz_time_bomb.jpg": ("timeout", bombs.progressive_time_bomb()), "2/zz_memory_bomb.png": ("too_large", bombs.memory_bomb())}
+    if processes != "0":  # tests/crash_plugin is on the cluster's PYTHONPATH (the fixture)
+        bad["3/zz_crash.png"] = ("worker_crashed", bombs.crash_file("SIGSEGV"))
+    for rel, (_, data) in bad.items():
+        (folder / rel).write_bytes(data)
+    good = sum(len(os.listdir(folder / label)) for label in os.listdir(folder)) - len(bad)
+    out = tmp_path / "ds"
+    _beam_etl("convert", "--input", folder, "--output", out, "--channels", "1", "--num_shards", "2", "--max_reject_fraction", "0.5",
+              "--image_timeout", "2", "--image_memory_mb", "1024", "--encode_processes", processes, *cluster.flags())
+    document = json.loads((out / "dataset.json").read_text())
+    assert _rejects(out) == sorted((rel, reason) for rel, (reason, _) in bad.items())
+    assert sum(split["examples"] for split in document["splits"].values()) == good
 
 
 def test_no_job_server_or_no_cluster_fails_in_one_line_within_seconds(cluster, digits, tmp_path):
