@@ -234,3 +234,11 @@ def test_a_decode_that_never_returns_is_a_timeout_by_the_pool_process_hard_limit
     assert code == 0, text[-3000:]
     rejects = _check(tmp_path / "ds", sorted(set(files) - {"ant/zz_hang.png"}), {"ant/zz_hang.png": "timeout"}, text)
     assert "did not end within 11 s" in rejects[0]["message"]
+
+
+def test_the_cli_default_timeout_is_the_one_images_uses():
+    """cli.py spells 30.0 out (it imports no Pillow for --help): pinned to images.DEFAULT_TIMEOUT_S here."""
+    from tests.test_templates import convert_actions
+
+    timeout = next(a for a in convert_actions() if a.option_strings == ["--image_timeout"])
+    assert timeout.default == images.DEFAULT_TIMEOUT_S
