@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from beam_etl import flink_cli
+from beam_etl import changes_cli, flink_cli
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -425,6 +425,7 @@ def main(argv=None) -> int:
     _inspect_parser(sub)
     _index_parser(sub)
     flink_cli.add_parser(sub)
+    changes_cli.add_parser(sub)
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
@@ -434,6 +435,8 @@ def main(argv=None) -> int:
         if beam_args:
             return _usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
         return flink_cli.main(args)
+    if args.command == "changes":
+        return changes_cli.main(args, beam_args)
     from beam_etl import objstore
 
     if args.command == "fingerprint":  # its inputs may be on s3://, which needs the --s3_* flags

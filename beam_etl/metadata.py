@@ -10,7 +10,7 @@ import uuid
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import objstore, schema
+from beam_etl import ledger, objstore, schema
 
 DATASET_JSON = "dataset.json"
 REJECTED_JSONL = "rejected.jsonl"
@@ -43,7 +43,7 @@ def versions() -> dict:
 MAX_LISTED_LEAKS = 100  # dataset.json lists this many leakage groups with their keys, and counts all
 
 
-def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict, leaks=(), duplicates=(), workers=()) -> dict:
+def build(*, options: dict, label_names, shards, label_counts, reject_counts, inputs: int, fingerprint: str, statistics: dict, leaks=(), duplicates=(), workers=(), ledger_files=()) -> dict:
     """The dataset.json document; raises IncompleteDataset when the counts do not reconcile."""
     splits = {}
     for info in sorted(shards, key=lambda s: (s["split"], s["index"])):
@@ -100,6 +100,8 @@ def build(*, options: dict, label_names, shards, label_counts, reject_counts, in
         "source_fingerprint": fingerprint,
         # SDK worker processes that listed or encoded (runners.check_in): how parallel the run was.
         "worker_processes": len(set(workers)),
+        # One line per input (ledger.py): what `beam-etl changes` compares a source with.
+        "ledger": {"entries": inputs, "files": [f"{ledger.LEDGER_DIR}/{name}" for name in sorted(ledger_files)]},
     }
 
 
@@ -154,7 +156,7 @@ def publish(staging: str, output: str, document: dict, analysis: str) -> None:
     if FileSystems.exists(old_json):
         FileSystems.delete([old_json])
     old = [p for p in _files_under(output) if _SHARD.match(posixpath.basename(p)) and posixpath.dirname(p) == output.rstrip("/")]
-    for name in TRANSFORM_DIRS:
+    for name in (*TRANSFORM_DIRS, ledger.LEDGER_DIR):
         old += _files_under(FileSystems.join(output, name))
     if old:
         FileSystems.delete(old)
@@ -169,6 +171,8 @@ def publish(staging: str, output: str, document: dict, analysis: str) -> None:
             for file in files:
                 path = os.path.join(folder, file)
                 objstore.copy_file(path, FileSystems.join(output, name, *os.path.relpath(path, base).split(os.sep)))
+    for name in document.get("ledger", {}).get("files", ()):
+        _move(FileSystems.join(staging, name), FileSystems.join(output, name))
     move_rejects(staging, output)
     write_json(FileSystems.join(output, DATASET_JSON), document)
 

@@ -1,13 +1,14 @@
 """The convert pipeline: list, encode, write shards, analyse, publish."""
 
 import dataclasses
+import posixpath
 import threading
 import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import images, metadata, objstore, progress, records, runners, workpool
+from beam_etl import images, ledger, metadata, objstore, progress, records, runners, workpool
 from beam_etl.transforms import (
     CHUNKS,
     REJECTS,
@@ -15,6 +16,7 @@ from beam_etl.transforms import (
     EncodeExamples,
     ListImages,
     SummarizeTraining,
+    WriteLedger,
     WriteRejects,
     WriteShards,
     WriteShardsWithTFRecordIO,
@@ -68,7 +70,7 @@ class _PublishFn(beam.DoFn):
     def setup(self):
         objstore.configure(self.config.filesystem_flags, [self.config.output])  # in a worker of its own, too
 
-    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, summary, rejects_done):
+    def process(self, _, shards, label_counts, reject_counts, inputs, fingerprint, leaks, duplicates, summary, rejects_done, ledger_files):
         import shutil
         import tempfile
 
@@ -110,6 +112,7 @@ class _PublishFn(beam.DoFn):
                 leaks=leaks,
                 duplicates=duplicates,
                 workers=runners.checked_in(runners.checkin_folder(self.staging)),
+                ledger_files=[posixpath.basename(path) for path in ledger_files],
             )
             metadata.publish(self.staging, config.output, document, analysis)
         finally:
@@ -167,7 +170,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     if config.dedup:
         dropped_rows = (
             encoded.facts
-            | "ByPixels" >> beam.Map(lambda f: (f.pixel_sha256, (f.key, f.split, f.label_text, f.uri)))
+            | "ByPixels" >> beam.Map(lambda f: (f.pixel_sha256, (f.key, f.split, f.label_text, f.uri, f.source_bytes, f.mtime)))
             | "GroupPixels" >> beam.GroupByKey()
             | "Duplicates" >> beam.FlatMapTuple(records.duplicates_to_drop)
         )
@@ -210,6 +213,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
     rejects = encoded[REJECTS] if dropped_rows is None else (encoded[REJECTS], dropped_rows) | "AllRejects" >> beam.Flatten()
     reject_counts = rejects | "Reason" >> beam.Map(lambda row: row["reason"]) | "CountReasons" >> beam.combiners.Count.PerElement()
     rejects_written = rejects | "WriteRejects" >> WriteRejects(FileSystems.join(staging, metadata.REJECTED_JSONL))
+    ledger_files = (facts, rejects) | "WriteLedger" >> WriteLedger(FileSystems.join(staging, ledger.LEDGER_DIR))
     summary = facts | "SummarizeTraining" >> SummarizeTraining(config.policy.channels)
     _ = (
         p
@@ -226,6 +230,7 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
             duplicates=beam.pvalue.AsList(duplicates),
             summary=beam.pvalue.AsSingleton(summary),
             rejects_done=beam.pvalue.AsList(rejects_written),
+            ledger_files=beam.pvalue.AsList(ledger_files),
         )
     )
     return staging

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import hashlib
 import typing
 
 from beam_etl import chunks, images, objstore, readahead, schema, sources, tfrecord, workpool
@@ -25,6 +26,9 @@ class Facts(typing.NamedTuple):
     passthrough: bool
     sha256: str  # of the stored image bytes
     uri: str
+    source_bytes: int = -1  # of the input as read
+    source_sha256: str = ""  # of the input as read: the stored bytes' for a pass-through image
+    mtime: typing.Optional[float] = None  # the input's, as listed (ImageRef.mtime)
 
 
 def check_label(ref: ImageRef, label_ids: dict) -> int:
@@ -57,7 +61,9 @@ def make_record(ref: ImageRef, data: bytes, policy: images.Policy, label_ids: di
         },
         schema_name,
     )
-    facts = Facts(split, ref.key, label, ref.label, canon.height, canon.width, len(example), canon.pixel_mean, canon.pixel_sq_mean, canon.pixel_sha256, canon.passthrough, canon.sha256, ref.uri)
+    source_sha256 = canon.sha256 if canon.passthrough else hashlib.sha256(data).hexdigest()
+    facts = Facts(split, ref.key, label, ref.label, canon.height, canon.width, len(example), canon.pixel_mean, canon.pixel_sq_mean, canon.pixel_sha256, canon.passthrough, canon.sha256, ref.uri,
+                  len(data), source_sha256, ref.mtime)
     return split, example, facts
 
 
@@ -187,11 +193,12 @@ def stage_chunk(refs, settings: Settings, chunk_dir: str) -> list:
 
 
 def duplicates_to_drop(pixel_sha256: str, members):
-    """Of records with the same pixels [(key, split, label, uri)], all but the first by key, as reject rows."""
-    members = sorted(members)
+    """Of records with the same pixels [(key, split, label, uri, size, mtime)], all but the first by key, as reject rows."""
+    members = sorted(members, key=lambda m: m[0])
     kept = members[0][0]
-    for key, split, label, uri in members[1:]:
-        yield {"path": uri, "key": key, "label": label, "reason": "duplicate", "message": f"same pixels as {kept} (kept); sha256 of pixels {pixel_sha256[:16]}"}
+    for key, split, label, uri, size, mtime in members[1:]:
+        yield {"path": uri, "key": key, "label": label, "reason": "duplicate", "message": f"same pixels as {kept} (kept); sha256 of pixels {pixel_sha256[:16]}",
+               "size": size, "mtime": mtime}
 
 
 def leakage(sha256: str, members):
@@ -209,4 +216,4 @@ def key_of(serialized: bytes, schema_name: str) -> str:
 
 def reject_row(ref: ImageRef, reason: str, message: str) -> dict:
     """One line of rejected.jsonl."""
-    return {"path": ref.uri, "key": ref.key, "label": ref.label, "reason": reason, "message": message}
+    return {"path": ref.uri, "key": ref.key, "label": ref.label, "reason": reason, "message": message, "size": ref.size, "mtime": ref.mtime}

@@ -29,6 +29,7 @@ class ImageRef(typing.NamedTuple):
     label: str  # "" when the input gave none
     split: str  # "" when the input gave none; assigned from fractions later
     size: int  # bytes, -1 when unknown
+    mtime: typing.Optional[float] = None  # as listed (a bucket: the object's update time); None when unknown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,20 +73,20 @@ def is_hidden(relpath: str) -> bool:
     return any(part.startswith(".") for part in relpath.split("/"))
 
 
-def ref_from_path(source: Source, path: str, size: int) -> ImageRef:
+def ref_from_path(source: Source, path: str, size: int, mtime: typing.Optional[float] = None) -> ImageRef:
     """The reference for one listed file: label and split from where it sits."""
     rel = path[len(source.root) :].lstrip("/")
     parts = rel.split("/")
     if source.kind == "glob":
         label = posixpath.basename(posixpath.dirname(path))
-        return ImageRef(rel, path, label, "", size)
+        return ImageRef(rel, path, label, "", size, mtime)
     # Folder tree: ROOT/<label>/**/<file>, or ROOT/<split>/<label>/**/<file>.
     if normalise_split(parts[0]) and len(parts) >= 2:
         label = parts[1] if len(parts) >= 3 else ""  # a file right under a split folder has no label
-        return ImageRef(rel, path, label, normalise_split(parts[0]), size)
+        return ImageRef(rel, path, label, normalise_split(parts[0]), size, mtime)
     if len(parts) >= 2:
-        return ImageRef(rel, path, parts[0], "", size)
-    return ImageRef(rel, path, "", "", size)
+        return ImageRef(rel, path, parts[0], "", size, mtime)
+    return ImageRef(rel, path, "", "", size, mtime)
 
 
 def list_source(source: Source):
@@ -94,9 +95,9 @@ def list_source(source: Source):
         for meta in result.metadata_list:
             if is_folder_marker(meta.path):
                 continue
-            ref = ref_from_path(source, meta.path, meta.size_in_bytes)
+            ref = ref_from_path(source, meta.path, meta.size_in_bytes, meta.last_updated_in_seconds)
             if not is_hidden(ref.key):
-                yield ref, meta.last_updated_in_seconds
+                yield ref, ref.mtime
 
 
 def _resolve(manifest_uri: str, path: str) -> str:
@@ -239,9 +240,26 @@ def listing(uri: str):
     source = classify(uri)
     if source.kind == "manifest":
         for ref in read_manifest(uri):
-            yield ref, None
+            ref = with_local_metadata(ref)  # before any read: a later change then shows as one
+            yield ref, ref.mtime
     else:
         yield from list_source(source)
+
+
+def with_local_metadata(ref: ImageRef) -> ImageRef:
+    """A manifest row's reference with the size and mtime of its file, where that is a local stat.
+
+    A folder's listing has them already; a manifest names only paths. On local disk a stat is
+    cheap, so the ledger (ledger.py) records them at conversion and an update compares them
+    without reading. A bucket object's row keeps them unknown (a request each; see ledger.py).
+    """
+    if ref.mtime is not None or "://" in ref.uri:
+        return ref
+    try:
+        st = os.stat(ref.uri)
+    except OSError:  # missing now: the read rejects it with the reason
+        return ref
+    return ref._replace(size=st.st_size, mtime=st.st_mtime)
 
 
 def fingerprint(uris) -> str:

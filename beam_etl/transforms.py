@@ -10,7 +10,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_etl import chunks, objstore, progress, readahead, records, runners, sharding, sources, tfrecord, trainstats, workpool
+from beam_etl import chunks, ledger, objstore, progress, readahead, records, runners, sharding, sources, tfrecord, trainstats, workpool
 from beam_etl.images import Rejected
 
 NAMESPACE = progress.NAMESPACE
@@ -363,6 +363,25 @@ class WriteRejects(beam.PTransform):
             rejects
             | "Json" >> beam.Map(lambda row: json.dumps(row, ensure_ascii=False, sort_keys=True))
             | "Write" >> beam.io.WriteToText(self.path, shard_name_template="", num_shards=1)
+        )
+
+
+class WriteLedger(beam.PTransform):
+    """Facts of written records and reject rows to the ledger's gzipped JSON lines (ledger.py); returns their paths."""
+
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
+
+    def expand(self, pcolls):
+        facts, rejects = pcolls
+        written = facts | "FromFacts" >> beam.Map(ledger.from_facts)
+        rejected = rejects | "FromRejects" >> beam.Map(ledger.from_reject)
+        return (
+            (written, rejected)
+            | "All" >> beam.Flatten()
+            | "Json" >> beam.Map(ledger.dumps)
+            | "Write" >> beam.io.WriteToText(FileSystems.join(self.folder, ledger.PREFIX), file_name_suffix=ledger.SUFFIX)
         )
 
 

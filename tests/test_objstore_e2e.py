@@ -92,6 +92,22 @@ def test_killed_publish_to_gs_leaves_no_dataset_json(gcs_server, gs_dataset):
     assert records(gcs_server, out) == records(gcs_server, gs_dataset[0])
 
 
+def test_changes_against_a_gs_dataset_reads_only_what_changed(gcs_server, objstore_photos):
+    from tests.corpus import jpeg
+
+    root, _ = objstore_photos
+    src, out = "gs://bkt/src/ledger", "gs://bkt/datasets/ledger"
+    cases.upload_photos(gcs_server, root, src)
+    run(gcs_server, "beam_etl", "convert", "--input", src + "/", "--output", out, *FLAGS)
+    assert any(u.startswith(out + "/ledger/keys-") for u in gcs_server.list(out + "/"))
+    changes = lambda: run(gcs_server, "beam_etl", "changes", "--input", src + "/", "--output", out).stdout.strip().splitlines()[-1]  # noqa: E731
+    assert changes() == f"no change: the {INPUTS} inputs are those of {out}; 0 images read"
+    gcs_server.upload(src + "/train/ant/img_3.jpg", jpeg(90, 40, seed=300))  # other bytes over an object
+    gcs_server.upload(src + "/train/bee/new.jpg", jpeg(50, 40, seed=301))
+    assert changes() == (f"changes since {out}: 1 new, 1 changed, 0 relabelled, 0 touched, 0 removed, {INPUTS - 1} unchanged; "
+                         "1 images read to tell changed from touched")
+
+
 @pytest.fixture(scope="module")
 def s3_dataset(s3_server, objstore_photos):
     root, local = objstore_photos
