@@ -6,13 +6,18 @@ A conversion leaves, for each input, written or rejected:
 
 size and mtime as listed before the read (a bucket object's update time; a local manifest
 row's stat), sha256 of the input's bytes as read (None for a reject), outcome "written" or
-the reject reason. `beam-etl changes` lists the source again and compares each key with
+the reject reason. A written input's line also keeps what its record holds besides the
+image, so that the statistics of a whole dataset can be made again without a decode
+(training_summary) and a record rebuilt with another label: "stored_sha256", "height",
+"width", "example_bytes", "pixel_mean", "pixel_sq_mean". `beam-etl changes` lists the source again and compares each key with
 its line: a key whose size and mtime are the same is not read; one whose differ is read
 and hashed, and is changed only if its bytes are.
 """
 
 import json
 import typing
+
+from beam_etl import trainstats
 
 LEDGER_DIR = "ledger"  # in the dataset folder: gzipped JSON lines, named in dataset.json
 PREFIX = "keys"
@@ -32,13 +37,23 @@ VERDICTS = (NEW, CHANGED, RELABELLED, TOUCHED, REMOVED, UNCHANGED)
 def from_facts(facts) -> dict:
     """The line of a written record (records.Facts)."""
     return {"key": facts.key, "path": facts.uri, "size": facts.source_bytes, "mtime": facts.mtime, "sha256": facts.source_sha256,
-            "split": facts.split, "label": facts.label_text, "outcome": WRITTEN}
+            "split": facts.split, "label": facts.label_text, "outcome": WRITTEN, "stored_sha256": facts.sha256, "height": facts.height,
+            "width": facts.width, "example_bytes": facts.nbytes, "pixel_mean": list(facts.pixel_mean), "pixel_sq_mean": list(facts.pixel_sq_mean)}
 
 
 def from_reject(row: dict) -> dict:
     """The line of a rejected input (a records.reject_row)."""
     return {"key": row["key"], "path": row["path"], "size": row.get("size", -1), "mtime": row.get("mtime"), "sha256": None,
             "split": None, "label": row.get("label", ""), "outcome": row["reason"]}
+
+
+def training_summary(entries, channels: int) -> dict:
+    """trainstats' summary of the training split, from ledger lines: the transform graph's input, no decode."""
+    acc = trainstats.empty(channels)
+    for entry in entries:
+        if entry["outcome"] == WRITTEN and entry["split"] == "train":
+            trainstats.add(acc, entry["label"], entry["pixel_mean"], entry["pixel_sq_mean"])
+    return trainstats.finish(acc)
 
 
 def dumps(entry: dict) -> str:

@@ -100,6 +100,35 @@ def test_every_input_has_one_ledger_line_with_its_listing_and_hash(folder_datase
     assert splits == {"train", "validation"}
 
 
+def test_the_ledger_alone_gives_the_datasets_statistics_and_records(folder_dataset):
+    """What an update needs to analyse a whole version again, and to rebuild a record, without a decode."""
+    import tensorflow as tf
+
+    from beam_etl import trainstats
+
+    _, out = folder_dataset
+    lines = _lines(out)
+    document = json.loads((out / "dataset.json").read_text())
+    summary = ledger.training_summary(lines.values(), document["channels"])
+    statistics = document["statistics"]
+    assert summary["label_counts"] == statistics["label_frequencies"] == document["splits"]["train"]["label_counts"]
+    assert summary["pixel_mean"] == pytest.approx(statistics["pixel_mean"], abs=1e-4)
+    assert trainstats.pixel_std(summary) == pytest.approx(statistics["pixel_std"], abs=1e-4)
+    names = {role: spec["name"] for role, spec in document["features"].items()}
+    seen = 0
+    for split, info in document["splits"].items():
+        for raw in tf.data.TFRecordDataset([str(out / s["file"]) for s in info["shards"]]):
+            example = tf.train.Example.FromString(raw.numpy())
+            feature = lambda role: example.features.feature[names[role]]  # noqa: E731
+            entry = lines[feature("key").bytes_list.value[0].decode()]
+            assert (entry["split"], entry["label"]) == (split, feature("label_text").bytes_list.value[0].decode())
+            assert entry["stored_sha256"] == feature("sha256").bytes_list.value[0].decode()
+            assert (entry["height"], entry["width"]) == (feature("height").int64_list.value[0], feature("width").int64_list.value[0])
+            assert entry["example_bytes"] == len(raw.numpy())
+            seen += 1
+    assert seen == sum(e["outcome"] == ledger.WRITTEN for e in lines.values())
+
+
 def test_changes_reads_only_keys_whose_listing_changed(folder_dataset):
     src, out = folder_dataset
     assert _changes("--input", src, "--output", out) == f"no change: the 25 inputs are those of {out}; 0 images read"
