@@ -176,3 +176,36 @@ def test_changes_refuses_a_folder_that_is_no_dataset(tmp_path):
                           capture_output=True, text=True, env=env, cwd=ROOT)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == f"beam-etl: {tmp_path / 'none'} has no dataset.json: convert into it first (beam-etl convert --input ... --output {tmp_path / 'none'})"
+
+
+def test_compare_with_ledger_joins_keys_across_several_buckets(folder_dataset):
+    """The PTransform itself, with a document that asks for 3 buckets: every key lands in one, once."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_etl import changes
+
+    src, out = folder_dataset
+    document = json.loads((out / "dataset.json").read_text())
+    document["ledger"]["entries"] = 2 * changes.KEYS_PER_BUCKET + 1
+    assert changes.bucket_count(document["ledger"]["entries"]) == 3
+    assert len({changes.bucket_of(f"a/{i:02d}.jpg", 3) for i in range(24)}) == 3
+    (src / "b" / "new.jpg").write_bytes(jpeg(50, 50, seed=200))
+    (src / "a" / "00.jpg").write_bytes(jpeg(41, 31, seed=201))
+    os.utime(src / "a" / "02.jpg", (1, 1))
+    (src / "b" / "01.jpg").unlink()
+    with TestPipeline() as p:
+        verdicts = p | changes.CompareWithLedger([str(src)], str(out), document)
+        assert_that(verdicts, equal_to([("new", "b/new.jpg"), ("changed", "a/00.jpg"), ("touched", "a/02.jpg"), ("removed", "b/01.jpg")]))
+
+
+def test_batches_hold_at_most_batch_items_per_bucket():
+    from beam_etl import changes
+
+    pairs = [(f"k{i}", i) for i in range(5 * changes.BATCH + 7)]
+    batches = list(changes._batched(pairs, 4))
+    assert all(len(items) <= changes.BATCH for _, items in batches)
+    assert sorted(i for _, items in batches for i in items) == list(range(len(pairs)))
+    for bucket, items in batches:
+        assert {changes.bucket_of(f"k{i}", 4) for i in items} == {bucket}
