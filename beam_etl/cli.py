@@ -39,6 +39,8 @@ def _convert_parser(sub):
     p.add_argument("--compression", choices=("none", "gzip"), default="none", help="gzip saves little on JPEG bytes and writes ~35x slower")
     p.add_argument("--max_reject_fraction", type=float, default=0.05, help="fail the job when more inputs than this are rejected")
     p.add_argument("--overwrite", action="store_true", help="replace a complete dataset already in --output")
+    p.add_argument("--update", action="store_true", help="add the next version of the dataset in --output: convert only new and changed "
+                   "images, carry the rest unread (its options are the dataset's; see README 'Versions')")
     p.add_argument("--dedup", action="store_true", help="drop exact duplicates (same decoded pixels), keeping the first by key; each dropped one is reported")
     p.add_argument("--writer", choices=("auto", "staged", "tfrecordio"), default="auto", help="auto: staged, on every runner (it reads each staged byte once and shuffles no payloads); tfrecordio: beam.io.WriteToTFRecord (needs --num_shards)")
     p.add_argument("--write_index", action="store_true", help="write a DALI index (tfrecord2idx format) beside each shard: SHARD.idx; needs --compression none")
@@ -69,6 +71,7 @@ def _verify_parser(sub):
     p = sub.add_parser("verify", help="re-read a dataset and check it against dataset.json", description="Re-read every shard: CRCs, record counts, sizes and sha256 against dataset.json, and decode every image. Exits 1 on any mismatch.")
     p.add_argument("data_dir")
     p.add_argument("--no_decode", action="store_true", help="skip decoding the images (CRCs, counts and checksums only)")
+    p.add_argument("--version", type=int, default=None, help="check this version of an updated dataset (versions/); default: the latest")
     return p
 
 
@@ -79,7 +82,10 @@ def verify(args) -> int:
 
     if not metadata.is_complete(args.data_dir):
         return _usage_error(f"{args.data_dir}: no dataset.json, so not a complete dataset; convert into it first")
-    problems = run_checks(args.data_dir, decode=not args.no_decode)
+    try:
+        problems = run_checks(args.data_dir, decode=not args.no_decode, version=args.version)
+    except ValueError as e:  # no such version
+        return _usage_error(str(e))
     for problem in problems:
         print(f"beam-etl verify: {problem}", file=sys.stderr)
     if problems:
@@ -227,6 +233,42 @@ def _config(args, beam_args=()):
     )
 
 
+def _update_config(config, args):
+    """(the latest document, the config) for --update: the dataset's own options, the inputs' labels checked."""
+    import dataclasses as dc
+
+    from beam_etl import images, metadata, update
+
+    if args.overwrite:
+        raise ValueError("--update and --overwrite exclude each other: --update adds a version, --overwrite replaces the dataset")
+    if not metadata.is_complete(config.output):
+        raise ValueError(f"--update needs a dataset in --output {config.output}; convert into it first (without --update)")
+    document = metadata.read(config.output)
+    update.check_updatable(document, config.output, config.label_names)
+    options = document["options"]
+    policy = images.Policy(**{f.name: options[f.name] for f in dc.fields(images.Policy) if f.name in options})
+    same = ("schema", "validation_fraction", "test_fraction", "compression", "max_file_mb", "shard_size_mb", "write_index")
+    config = dc.replace(config, policy=policy, label_names=tuple(document["label_names"]), num_shards=None, **{k: options[k] for k in same})
+    return document, config
+
+
+def _updated(result, output: str) -> bool:
+    """Print what --update did; False when there was nothing to do (no version written)."""
+    from beam_etl import changes, ledger, metadata, progress
+
+    counts = {v: progress.counter_total(result, changes.counter_name(v)) for v in ledger.VERDICTS}
+    read = progress.counter_total(result, changes.READ)
+    if not sum(counts.get(v, 0) for v in (ledger.NEW, ledger.CHANGED, ledger.RELABELLED, ledger.REMOVED)):
+        print(f"beam-etl: {ledger.summary_line(counts, output, read)}; no version written")
+        return False
+    version = metadata.read(output).get("version", 1)
+    decoded = progress.counter_total(result, "images_encoded") + progress.counter_total(result, "images_rejected")
+    rebuilt = progress.counter_total(result, "images_relabelled")
+    print(f"beam-etl: version {version} of {output}: " + ", ".join(f"{counts[v]:,} {v}" for v in ledger.VERDICTS)
+          + f"; {read:,} read to tell changed from touched; {decoded:,} converted, {rebuilt:,} relabelled without a decode")
+    return True
+
+
 class Unchanged(Exception):
     """The output already holds this conversion of these inputs: nothing to do."""
 
@@ -317,7 +359,11 @@ def _convert(args, beam_args, helper) -> int:
             encode_processes=_encode_processes(args.encode_processes, options, config.listed_inputs),
             filesystem_flags=tuple(beam_args),
         )
-        _prepare_output(config, args.overwrite)
+        document = None
+        if args.update:
+            document, config = _update_config(config, args)
+        else:
+            _prepare_output(config, args.overwrite)
         if config.encode_processes > 1:
             workpool.warm(config.encode_processes)  # their start-up overlaps Beam's
         if helper and progress.is_direct(options):  # started in convert(): the publish step runs on this machine
@@ -328,9 +374,14 @@ def _convert(args, beam_args, helper) -> int:
     except (ValueError, sources.InputError) as e:
         return _usage_error(str(e))
     p = beam.Pipeline(runner=runners.build(options), options=options)
-    live = progress.is_direct(options) and args.progress != "none"
+    live = progress.is_direct(options) and args.progress != "none" and document is None
     embedded = runners.embedded_external(options)  # in this process: p.run() returns when the job ends
-    staging = pipeline.build(p, config, live_progress=live)
+    if document is None:
+        staging = pipeline.build(p, config, live_progress=live)
+    else:
+        from beam_etl import update
+
+        staging = update.build(p, config, document, pipeline.settings_of(config))
 
     jobs = []
 
@@ -354,6 +405,8 @@ def _convert(args, beam_args, helper) -> int:
         stopped = runners.stop_on_cluster(jobs[-1] if jobs else None, options)
         print(f"beam-etl: conversion failed: {_root_cause(e, options)}{'; ' + stopped if stopped else ''}", file=sys.stderr)
         return EXIT_FAILED
+    if document is not None and not _updated(result, config.output):
+        return 0
     report.print_summary(config.output, time.time() - started)
     lost = progress.counter_total(result, transforms.LOST)
     if lost:  # each cost a rerun of the inputs it held, not the job (workpool.OrderedMap)

@@ -34,16 +34,16 @@ CHECK = "check"  # size or mtime differ: read and hash to tell CHANGED from TOUC
 VERDICTS = (NEW, CHANGED, RELABELLED, TOUCHED, REMOVED, UNCHANGED)
 
 
-def from_facts(facts) -> dict:
-    """The line of a written record (records.Facts)."""
-    return {"key": facts.key, "path": facts.uri, "size": facts.source_bytes, "mtime": facts.mtime, "sha256": facts.source_sha256,
+def from_facts(facts, generation: int = 1) -> dict:
+    """The line of a written record (records.Facts), written by the conversion of that generation (version)."""
+    return {"generation": generation, "key": facts.key, "path": facts.uri, "size": facts.source_bytes, "mtime": facts.mtime, "sha256": facts.source_sha256,
             "split": facts.split, "label": facts.label_text, "outcome": WRITTEN, "stored_sha256": facts.sha256, "height": facts.height,
             "width": facts.width, "example_bytes": facts.nbytes, "pixel_mean": list(facts.pixel_mean), "pixel_sq_mean": list(facts.pixel_sq_mean)}
 
 
-def from_reject(row: dict) -> dict:
+def from_reject(row: dict, generation: int = 1) -> dict:
     """The line of a rejected input (a records.reject_row)."""
-    return {"key": row["key"], "path": row["path"], "size": row.get("size", -1), "mtime": row.get("mtime"), "sha256": None,
+    return {"generation": generation, "key": row["key"], "path": row["path"], "size": row.get("size", -1), "mtime": row.get("mtime"), "sha256": None,
             "split": None, "label": row.get("label", ""), "outcome": row["reason"]}
 
 

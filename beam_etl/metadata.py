@@ -129,6 +129,28 @@ def read(data_dir: str) -> dict:
         return json.loads(f.read().decode("utf-8"))
 
 
+VERSIONS_DIR = "versions"  # each version's document once a dataset is updated (convert --update)
+
+
+def version_json(version: int) -> str:
+    """A version's document, relative to the dataset folder."""
+    return f"{VERSIONS_DIR}/v{version:05d}.json"
+
+
+def read_version(data_dir: str, version=None) -> dict:
+    """Version `version`'s document (versions/vNNNNN.json, written by convert --update); None: the latest."""
+    if version is None:
+        return read(data_dir)
+    path = FileSystems.join(data_dir, version_json(version))
+    if FileSystems.exists(path):
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return json.loads(f.read().decode("utf-8"))
+    document = read(data_dir)
+    if int(document.get("version", 1)) != version:
+        raise ValueError(f"{data_dir} has no version {version}: its versions are 1..{document.get('version', 1)}")
+    return document
+
+
 def is_complete(data_dir: str) -> bool:
     return FileSystems.exists(FileSystems.join(data_dir, DATASET_JSON))
 

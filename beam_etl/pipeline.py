@@ -137,17 +137,9 @@ def _pool_does_the_spreading(p: beam.Pipeline, config: ConvertConfig) -> bool:
     return config.encode_processes > 1 and progress.direct_mode(p.options) == "in_memory"
 
 
-def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
-    """Wire the convert pipeline into `p`; returns the staging folder it uses.
-
-    live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
-    """
-    staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
-    checkin = runners.checkin_folder(staging)  # each worker process leaves its name here
-    listing = ListImages(config.inputs, not _pool_does_the_spreading(p, config), config.filesystem_flags, checkin)
-    refs, fingerprint, inputs = p | "ListImages" >> listing
-
-    settings = records.Settings(
+def settings_of(config: ConvertConfig) -> records.Settings:
+    """What the per-image work needs of a conversion's config."""
+    return records.Settings(
         config.policy,
         {name: i for i, name in enumerate(config.label_names)},
         config.schema,
@@ -159,6 +151,19 @@ def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progre
         timeout_s=config.image_timeout_s,
         memory_limit_bytes=(config.image_memory_mb << 20) or workpool.default_memory_limit(config.encode_processes),
     )
+
+
+def build(p: beam.Pipeline, config: ConvertConfig, run_id: str = "", live_progress: bool = False) -> str:
+    """Wire the convert pipeline into `p`; returns the staging folder it uses.
+
+    live_progress: the encoder writes its counts to progress.progress_folder(staging) for the launcher.
+    """
+    staging = FileSystems.join(config.output, f".staging-{run_id or uuid.uuid4().hex[:12]}")
+    checkin = runners.checkin_folder(staging)  # each worker process leaves its name here
+    listing = ListImages(config.inputs, not _pool_does_the_spreading(p, config), config.filesystem_flags, checkin)
+    refs, fingerprint, inputs = p | "ListImages" >> listing
+
+    settings = settings_of(config)
     progress_dir = progress.progress_folder(staging) if live_progress else None
     chunk_dir = FileSystems.join(staging, "chunks")
     # The DirectRunner's pool writes the chunks itself: no payload back to the Beam worker. Elsewhere a

@@ -84,6 +84,30 @@ class Settings:
     memory_limit_bytes: int = 0  # memory cap per encode process (--image_memory_mb, workpool.limits); 0: none
 
 
+_MAGIC = ((b"\xff\xd8", "jpeg"), (b"\x89PNG\r\n\x1a\n", "png"))
+
+
+def relabel(ref: ImageRef, data: bytes, entry: dict, settings: Settings):
+    """(split, Example bytes, Facts) for a key whose bytes are those of its ledger line, under its new label or split.
+
+    No decode: the image is stored as its source (pass-through), and the ledger line holds
+    the rest of the record. None when that is not so (other bytes, or a re-encoded image):
+    then the caller converts it as usual. Raises Rejected for a label --labels lacks.
+    """
+    source_sha256 = hashlib.sha256(data).hexdigest()
+    fmt = next((name for magic, name in _MAGIC if data.startswith(magic)), None)
+    if fmt is None or source_sha256 != entry.get("sha256") or entry.get("stored_sha256") != source_sha256:
+        return None
+    label = check_label(ref, settings.label_ids)
+    split = ref.split or assign_split(ref.key, settings.validation_fraction, settings.test_fraction)
+    fields = {"image": data, "label": label, "label_text": ref.label, "height": entry["height"], "width": entry["width"],
+              "channels": settings.policy.channels, "format": fmt, "key": ref.key, "sha256": source_sha256}
+    example = schema.encode_example(fields, settings.schema_name)
+    facts = Facts(split, ref.key, label, ref.label, entry["height"], entry["width"], len(example), tuple(entry["pixel_mean"]), tuple(entry["pixel_sq_mean"]),
+                  "", True, source_sha256, ref.uri, len(data), source_sha256, ref.mtime)
+    return split, example, facts
+
+
 def fetch(ref: ImageRef, settings: Settings) -> bytes:
     """The input's bytes, checked first for its label (a bad label costs no I/O); raises Rejected."""
     check_label(ref, settings.label_ids)

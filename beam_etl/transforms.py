@@ -369,14 +369,14 @@ class WriteRejects(beam.PTransform):
 class WriteLedger(beam.PTransform):
     """Facts of written records and reject rows to the ledger's gzipped JSON lines (ledger.py); returns their paths."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, generation: int = 1):
         super().__init__()
-        self.folder = folder
+        self.folder, self.generation = folder, generation
 
     def expand(self, pcolls):
         facts, rejects = pcolls
-        written = facts | "FromFacts" >> beam.Map(ledger.from_facts)
-        rejected = rejects | "FromRejects" >> beam.Map(ledger.from_reject)
+        written = facts | "FromFacts" >> beam.Map(ledger.from_facts, self.generation)
+        rejected = rejects | "FromRejects" >> beam.Map(ledger.from_reject, self.generation)
         return (
             (written, rejected)
             | "All" >> beam.Flatten()

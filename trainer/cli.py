@@ -16,6 +16,7 @@ def _train_parser(sub):
     p = sub.add_parser("train", help="train a model on a converted dataset directory")
     p.add_argument("--data_dir", required=True, help="a `beam-etl convert --output` directory")
     p.add_argument("--job_dir", required=True, help="checkpoints, logs, metrics.json and export/ go here")
+    p.add_argument("--version", type=int, default=None, help="train on this version of an updated dataset (versions/); default: the latest")
     p.add_argument("--model", default=d.model, help="small_cnn, mobilenet_v2 or resnet50")
     p.add_argument("--epochs", type=int, default=d.epochs)
     p.add_argument("--steps_per_epoch", type=int, default=d.steps_per_epoch, help="0: one pass over the training split")

@@ -35,13 +35,15 @@ class DatasetInfo:
     channel_mean: np.ndarray  # float32 [channels], 0..255 scale, from tf.Transform
     channel_std: np.ndarray
     image_format: str = ""  # the converter's --image_format when dataset.json records it
+    excluded: tuple = ()  # "generation/key" of old records a later version dropped (beam-etl convert --update)
+    version: int = 1
 
     @classmethod
-    def load(cls, data_dir: str) -> "DatasetInfo":
-        """Read dataset.json and the tf.Transform output of `data_dir`."""
-        meta = read_metadata(data_dir)
+    def load(cls, data_dir: str, version: int | None = None) -> "DatasetInfo":
+        """Read dataset.json (or a pinned version's document) and the tf.Transform output of `data_dir`."""
+        meta = read_metadata(data_dir, version)
         labels = tuple(meta["label_names"])
-        mean, std, vocabulary = read_transform(data_dir, meta)
+        mean, std, vocabulary = read_transform(_transform_dir(data_dir, meta, version), meta)
         if vocabulary != labels:
             raise DatasetError(
                 f"{data_dir}: the TFT 'label' vocabulary {list(vocabulary)[:5]}... differs from dataset.json "
@@ -57,6 +59,8 @@ class DatasetInfo:
             channel_mean=mean,
             channel_std=std,
             image_format=str(meta.get("options", {}).get("image_format", "")),
+            excluded=tuple(f"{generation}/{key}" for generation, key in meta.get("excluded", {}).get("records", ())),
+            version=int(meta.get("version", 1)),
         )
 
     def name(self, role: str) -> str:
@@ -97,6 +101,10 @@ class DatasetInfo:
         shards = self._split(split)["shards"]
         return {_join(self.data_dir, shard["file"]): int(shard["examples"]) for shard in shards}
 
+    def shard_generations(self, split: str) -> dict:
+        """Shard path -> the version that wrote it (1 for a first conversion)."""
+        return {_join(self.data_dir, shard["file"]): int(shard.get("generation", 1)) for shard in self._split(split)["shards"]}
+
     def examples(self, split: str) -> int:
         """How many records the split holds."""
         return int(self._split(split)["examples"])
@@ -111,9 +119,30 @@ class DatasetInfo:
         return len(self.label_names)
 
 
-def read_metadata(data_dir: str) -> dict:
-    """dataset.json as a dict, checked for the keys the trainer uses."""
+def _version_json(version: int) -> str:
+    return f"versions/v{version:05d}.json"  # beam_etl.metadata.version_json (the trainer imports no beam_etl)
+
+
+def _transform_dir(data_dir: str, meta: dict, version: int | None) -> str:
+    """Where a version's tf.Transform output is: in place for the latest, in versions/ for an older one."""
+    if version is None or not tf.io.gfile.exists(_join(data_dir, _version_json(version))):
+        return data_dir
+    latest = read_metadata(data_dir)
+    return data_dir if int(latest.get("version", 1)) == int(meta.get("version", 1)) else _join(data_dir, f"versions/v{version:05d}")
+
+
+def read_metadata(data_dir: str, version: int | None = None) -> dict:
+    """dataset.json (or version `version`'s document) as a dict, checked for the keys the trainer uses."""
     path = _join(data_dir, "dataset.json")
+    if version is not None:
+        pinned = _join(data_dir, _version_json(version))
+        if tf.io.gfile.exists(pinned):
+            path = pinned
+        else:  # a dataset never updated has only dataset.json: version 1, or the latest
+            with tf.io.gfile.GFile(path, "r") as f:
+                latest = int(json.load(f).get("version", 1))
+            if latest != version:
+                raise DatasetError(f"{data_dir} has no version {version}: its versions are 1..{latest} (versions/*.json)")
     try:
         with tf.io.gfile.GFile(path, "r") as f:
             meta = json.load(f)

@@ -113,15 +113,19 @@ def make_dataset(
 
     # 1-2. The split's files, this worker's share, shuffled each epoch in training.
     files = worker_files(info, split, input_context)
-    ds = tf.data.Dataset.from_tensor_slices(files)
+    generations = info.shard_generations(split)
+    ds = tf.data.Dataset.from_tensor_slices((files, [generations[f] for f in files]))
     if training:
         ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    live = _live_filter(info) if info.excluded else None
 
     # 3. Read several shards at once.
-    def read(path):
+    def read(path, generation):
         records = tf.data.TFRecordDataset(path, compression_type=info.compression, buffer_size=8 << 20)
         # A TFRecord reader cannot resynchronise after a damaged record: the rest of that shard is lost.
-        return records.ignore_errors() if readable else records
+        records = records.ignore_errors() if readable else records
+        # An updated dataset's old shards still hold the records a later version changed or removed.
+        return records.filter(lambda record: live(record, generation)) if live is not None else records
 
     ds = ds.interleave(
         read,
@@ -133,7 +137,10 @@ def make_dataset(
     # The record count is in dataset.json; telling tf.data lets Keras size evaluation epochs.
     counts = dict(info.shard_examples(split), **(readable or {}))
     records = sum(counts[f] for f in files)
-    ds = ds.apply(tf.data.experimental.assert_cardinality(records))
+    if live is not None:  # which shard holds an excluded record is not recorded: only the whole split's count is known
+        records = info.examples(split) if len(files) == len(generations) and not readable else None
+    if records is not None:
+        ds = ds.apply(tf.data.experimental.assert_cardinality(records))
     fits = _share_bytes(info, split, len(files), input_context) <= cache_budget_bytes
     if training and fits:
         ds = ds.cache()  # 7 (training): raw records, so augmentation stays random every epoch
@@ -187,6 +194,20 @@ def make_dataset(
     if prefetch_to_device:
         ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
     return ds
+
+
+def _live_filter(info: DatasetInfo):
+    """record, generation -> False for a record a later version excluded (its "generation/key" is listed)."""
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(list(info.excluded)), tf.ones([len(info.excluded)], tf.int64)), default_value=0
+    )
+    key_spec = {info.name("key"): tf.io.FixedLenFeature([], tf.string)}
+
+    def live(record, generation):
+        key = tf.io.parse_single_example(record, key_spec)[info.name("key")]
+        return table.lookup(tf.strings.join([tf.strings.as_string(generation), key], separator="/")) == 0
+
+    return live
 
 
 def _share_bytes(info: DatasetInfo, split: str, files: int, input_context) -> int:

@@ -20,6 +20,7 @@ class TrainConfig:
 
     data_dir: str
     job_dir: str
+    version: int | None = None  # a pinned version of an updated dataset (beam-etl convert --update); None: the latest
     model: str = "small_cnn"
     epochs: int = 10
     steps_per_epoch: int = 0  # 0: one pass over the training split per epoch
@@ -130,7 +131,7 @@ def train(config: TrainConfig) -> dict:
         keras.mixed_precision.set_global_policy("mixed_float16")
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    info = DatasetInfo.load(config.data_dir)
+    info = DatasetInfo.load(config.data_dir, config.version)
     chief = is_chief()
     # Non-chief workers write their checkpoints and logs apart, so no file has two writers.
     out_dir = config.job_dir if chief else _join(config.job_dir, "workers", str(strategy.cluster_resolver.task_id))
