@@ -239,27 +239,51 @@ def listing(uri: str):
     """Yield (ImageRef, mtime or None) for each file one --input names."""
     source = classify(uri)
     if source.kind == "manifest":
-        for ref in read_manifest(uri):
-            ref = with_local_metadata(ref)  # before any read: a later change then shows as one
+        for ref in with_metadata(read_manifest(uri)):  # before any read: a later change then shows as one
             yield ref, ref.mtime
     else:
         yield from list_source(source)
 
 
-def with_local_metadata(ref: ImageRef) -> ImageRef:
-    """A manifest row's reference with the size and mtime of its file, where that is a local stat.
+METADATA_REQUESTS_IN_FLIGHT = 16
+_BLOCK = 256
 
-    A folder's listing has them already; a manifest names only paths. On local disk a stat is
-    cheap, so the ledger (ledger.py) records them at conversion and an update compares them
-    without reading. A bucket object's row keeps them unknown (a request each; see ledger.py).
+
+def with_metadata(refs):
+    """Manifest rows' references with the size and mtime of their files, in order.
+
+    A folder's listing has them already; a manifest names only paths. The ledger (ledger.py)
+    records them at conversion, so that an update compares them without reading the images:
+    a stat on local disk, one metadata request per object in a bucket (16 in flight).
+    A file that is not there keeps them unknown; its read then rejects it with the reason.
     """
-    if ref.mtime is not None or "://" in ref.uri:
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(METADATA_REQUESTS_IN_FLIGHT) as pool:
+        block = []
+        for ref in refs:
+            block.append(ref)
+            if len(block) >= _BLOCK:
+                yield from pool.map(_with_metadata, block)
+                block = []
+        yield from pool.map(_with_metadata, block)
+
+
+def _with_metadata(ref: ImageRef) -> ImageRef:
+    if ref.mtime is not None:
         return ref
+    if "://" not in ref.uri:
+        try:
+            st = os.stat(ref.uri)
+        except OSError:
+            return ref
+        return ref._replace(size=st.st_size, mtime=st.st_mtime)
     try:
-        st = os.stat(ref.uri)
-    except OSError:  # missing now: the read rejects it with the reason
+        matched = objstore.filesystems().match([ref.uri])[0].metadata_list
+    except Exception:  # noqa: BLE001 - any store error here: the read says what is wrong, as a reject
         return ref
-    return ref._replace(size=st.st_size, mtime=st.st_mtime)
+    meta = next((m for m in matched if m.path == ref.uri), None)
+    return ref if meta is None else ref._replace(size=meta.size_in_bytes, mtime=meta.last_updated_in_seconds)
 
 
 def fingerprint(uris) -> str:

@@ -20,7 +20,7 @@ import json, sys
 import tensorflow as tf
 data_dir, version = sys.argv[1], int(sys.argv[2])
 path = data_dir + ("/dataset.json" if version == 0 else f"/versions/v{version:05d}.json")
-doc = json.load(open(path))
+doc = json.loads(tf.io.gfile.GFile(path).read())
 names = {role: f["name"] for role, f in doc["features"].items()}
 spec = {names[r]: tf.io.FixedLenFeature([], tf.string if r in ("key", "sha256", "label_text") else tf.int64) for r in ("key", "sha256", "label_text", "label")}
 dropped = {(g, k) for g, k in doc.get("excluded", {}).get("records", [])}
