@@ -262,6 +262,9 @@ def with_metadata(refs):
     with ThreadPoolExecutor(METADATA_REQUESTS_IN_FLIGHT) as pool:
         block = []
         for ref in refs:
+            if "://" not in ref.uri and not block:  # a local stat is a few µs: a thread would cost 10 times that
+                yield _with_metadata(ref)
+                continue
             block.append(ref)
             if len(block) >= _BLOCK:
                 yield from pool.map(_with_metadata, block)

@@ -60,14 +60,14 @@ class _PlanFn(changes._CompareFn):
     lines written to the staging folder and their counts and statistics.
     """
 
-    def __init__(self, fractions, max_file_bytes, filesystem_flags, folder, channels):
+    def __init__(self, fractions, max_file_bytes, filesystem_flags, folder, channels, buckets):
         super().__init__(*fractions, max_file_bytes, filesystem_flags)
-        self.folder, self.channels = folder, channels
+        self.folder, self.channels, self.buckets = folder, channels, buckets
 
     def process(self, element):
         bucket, grouped = element
-        old = {entry["key"]: entry for batch in grouped["old"] for entry in batch}
-        carried, listed, fingerprint = [], 0, 0
+        old = {entry["key"]: entry for batch in grouped["old"] for entry in map(ledger.loads, batch)}
+        carried, listed, fingerprint, work = [], 0, 0, False
         for batch in grouped["listed"]:
             for ref in map(sources.ImageRef._make, batch):
                 listed += 1
@@ -83,6 +83,7 @@ class _PlanFn(changes._CompareFn):
                 if verdict in (ledger.UNCHANGED, ledger.TOUCHED):
                     carried.append(dict(entry, size=ref.size, mtime=ref.mtime))
                     continue
+                work = True
                 if entry is not None and entry["outcome"] == ledger.WRITTEN:
                     yield beam.pvalue.TaggedOutput(EXCLUDE, (entry.get("generation", 1), ref.key, entry["split"]))
                 if verdict == ledger.RELABELLED:
@@ -90,13 +91,15 @@ class _PlanFn(changes._CompareFn):
                 else:
                     yield beam.pvalue.TaggedOutput(ENCODE, ref)
         for entry in old.values():  # removed from the source
+            work = True
             self.counters[ledger.REMOVED].inc()
             yield ledger.REMOVED, entry["key"]
             if entry["outcome"] == ledger.WRITTEN:
                 yield beam.pvalue.TaggedOutput(EXCLUDE, (entry.get("generation", 1), entry["key"], entry["split"]))
-        yield beam.pvalue.TaggedOutput(CARRIED, self._carry(bucket, carried, listed, fingerprint))
+        # With one bucket and no change in it there is no version to write, so no lines either.
+        yield beam.pvalue.TaggedOutput(CARRIED, self._carry(bucket, carried, listed, fingerprint, write=work or self.buckets > 1))
 
-    def _carry(self, bucket: int, carried: list, listed: int, fingerprint: int) -> dict:
+    def _carry(self, bucket: int, carried: list, listed: int, fingerprint: int, write: bool = True) -> dict:
         """Write the carried lines (a retry writes the same file) and describe them."""
         acc, labels, rejects = trainstats.empty(self.channels), {}, {}
         for entry in carried:
@@ -107,11 +110,12 @@ class _PlanFn(changes._CompareFn):
             if entry["split"] == "train":
                 trainstats.add(acc, entry["label"], entry["pixel_mean"], entry["pixel_sq_mean"])
         name = f"carried-{bucket:05d}{ledger.SUFFIX}"
-        path = FileSystems.join(self.folder, name)
-        temp = f"{path}.{uuid.uuid4().hex}.tmp"
-        with FileSystems.create(temp, compression_type=CompressionTypes.GZIP) as f:
-            f.write("".join(ledger.dumps(e) + "\n" for e in carried).encode("utf-8"))
-        FileSystems.rename([temp], [path])
+        if write:
+            path = FileSystems.join(self.folder, name)
+            temp = f"{path}.{uuid.uuid4().hex}.tmp"
+            with FileSystems.create(temp, compression_type=CompressionTypes.GZIP) as f:
+                f.write("".join(ledger.dumps(e) + "\n" for e in carried).encode("utf-8"))
+            FileSystems.rename([temp], [path])
         return {"file": name, "entries": len(carried), "listed": listed, "fingerprint": fingerprint, "acc": acc,
                 "labels": sorted((split, label, n) for (split, label), n in labels.items()), "rejects": rejects}
 
@@ -153,7 +157,7 @@ def build(p: beam.Pipeline, config, document: dict, settings, run_id: str = "") 
     planned = (
         {"listed": listed, "old": old}
         | "Join" >> beam.CoGroupByKey()
-        | "Plan" >> beam.ParDo(_PlanFn(fractions, settings.max_file_bytes, config.filesystem_flags, ledger_dir, config.policy.channels))
+        | "Plan" >> beam.ParDo(_PlanFn(fractions, settings.max_file_bytes, config.filesystem_flags, ledger_dir, config.policy.channels, buckets))
         .with_outputs(ENCODE, RELABEL, EXCLUDE, CARRIED, main="verdicts")
     )
     relabelled = planned[RELABEL] | "Relabel" >> beam.ParDo(_RelabelFn(settings)).with_outputs(ENCODE, "facts", main="records")
