@@ -288,6 +288,8 @@ class _PublishVersionFn(beam.DoFn):
             splits[name] = {"shards": [dict(s, generation=s.get("generation", 1)) for s in info["shards"]]}
         for info in sorted(shards, key=lambda s: (s["split"], s["index"])):
             entry = {"file": f"{folder}/{info['file']}", "examples": info["examples"], "bytes": info["bytes"], "sha256": info["sha256"], "generation": generation}
+            if info.get("indexed"):  # --write_index: a DALI index beside it
+                entry["index"] = True
             splits.setdefault(info["split"], {"shards": []})["shards"].append(entry)
         for name, split in splits.items():
             split["examples"] = sum(n for (s, _), n in labels.items() if s == name)
@@ -335,7 +337,9 @@ def publish_version(staging: str, output: str, previous: dict, document: dict, a
     for split in document["splits"].values():
         for shard in split["shards"]:
             if shard["generation"] == document["version"]:
-                metadata._move(FileSystems.join(staging, "shards", shard["file"].split("/", 1)[1]), FileSystems.join(output, shard["file"]))
+                for suffix in ("", ".idx") if shard.get("index") else ("",):
+                    staged = FileSystems.join(staging, "shards", shard["file"].split("/", 1)[1] + suffix)
+                    metadata._move(staged, FileSystems.join(output, shard["file"] + suffix))
     for name in document["ledger"]["files"]:
         if name.startswith(f"{ledger.LEDGER_DIR}/{folder}/"):
             metadata._move(FileSystems.join(staging, ledger.LEDGER_DIR, name.rsplit("/", 1)[1]), FileSystems.join(output, name))

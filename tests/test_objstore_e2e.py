@@ -6,16 +6,13 @@ compare the records with a local run over the same files.
 """
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests import objstore_cases as cases
-from tests.conftest import ROOT
+from tests.conftest import ROOT, kill_when
 from tests.objstore_cases import FLAGS, INPUTS, last_line, local_summary, records, run
 from tests.worker_pool import WorkerPool
 
@@ -71,19 +68,8 @@ def test_killed_publish_to_gs_leaves_no_dataset_json(gcs_server, gs_dataset):
     cmd = [sys.executable, "-m", "beam_etl", "convert", "--input", "gs://bkt/src/photos/", "--output", out, *FLAGS]
     proc = subprocess.Popen(cmd, env=cases.env(gcs_server), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    killed, deadline = False, time.time() + 600
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            published = [u for u in gcs_server.list(out + "/") if "/.staging-" not in u]
-            if any(u.endswith(".tfrecord") for u in published):  # the publish has begun
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.01)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    published = lambda: any(u.endswith(".tfrecord") for u in gcs_server.list(out + "/") if "/.staging-" not in u)  # noqa: E731
+    killed = kill_when(proc, published, timeout=600)  # the publish has begun
     assert killed, "the publish was never seen: the run finished or hung before it"
     assert not [u for u in gcs_server.list(out + "/") if u.endswith("/dataset.json")]
     run(gcs_server, "beam_etl", "convert", "--input", "gs://bkt/src/photos/", "--output", out, *FLAGS)

@@ -3,14 +3,12 @@
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.conftest import ROOT, run_convert
+from tests.conftest import ROOT, kill_when, run_convert
 from tests.corpus import jpeg
 
 ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
@@ -141,19 +139,7 @@ def test_a_killed_update_leaves_version_1_and_a_second_update_completes(manifest
     cmd = [sys.executable, "-m", "beam_etl", "convert", "--update", "--input", str(manifest), "--output", str(out)]
     proc = subprocess.Popen(cmd, env=dict(ENV, BEAM_ETL_TEST_SHARD_PAUSE="3", PYTHONPATH=ROOT + os.pathsep + os.path.join(ROOT, "tests", "slow_shards")),
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    killed, deadline = False, time.time() + 300
-    try:
-        while proc.poll() is None and time.time() < deadline:
-            staged = [p for p in out.glob(".staging-*/shards/*")]
-            if staged:
-                os.killpg(proc.pid, signal.SIGKILL)
-                killed = True
-                break
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    killed = kill_when(proc, lambda: any(out.glob(".staging-*/shards/*")), poll=0.02)
     assert killed, "no shard was ever staged: the update finished or hung first"
     assert json.loads((out / "dataset.json").read_text()).get("version", 1) == 1
     assert "OK" in beam_etl("verify", out).stdout
@@ -175,3 +161,24 @@ def test_update_refuses_new_labels_and_missing_datasets(manifest_source, tmp_pat
     assert re.search(r"the inputs have labels \['bird'\] that .* lacks .*convert with --overwrite to add labels", proc.stderr.strip().splitlines()[-1])
     proc = beam_etl("convert", "--update", "--input", manifest, "--output", tmp_path / "none", check=False)
     assert proc.returncode == 2 and "--update needs a dataset in --output" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_update_of_an_indexed_dataset_indexes_its_new_shards(tmp_path):
+    """--write_index is one of the options an update keeps: each new shard gets its DALI index too."""
+    img = tmp_path / "img"
+    img.mkdir()
+    rows = []
+    for i in range(40):
+        (img / f"{i:02d}.jpg").write_bytes(jpeg(30 + i, 20, seed=i))
+        rows.append([f"img/{i:02d}.jpg", "ab"[i % 2]])
+    manifest, out = tmp_path / "m.csv", tmp_path / "out"
+    write_manifest(manifest, rows)
+    run_convert("--input", manifest, "--output", out, "--num_shards", "2", "--write_index")
+    (img / "new.jpg").write_bytes(jpeg(33, 33, seed=99))
+    write_manifest(manifest, rows[1:] + [["img/new.jpg", "a"]])
+    beam_etl("convert", "--update", "--input", manifest, "--output", out)
+    document = json.loads((out / "dataset.json").read_text())
+    new = [s for s in document["splits"]["train"]["shards"] if s["generation"] == 2]
+    assert new and all(s.get("index") and (out / (s["file"] + ".idx")).exists() for s in new)
+    assert "OK" in beam_etl("verify", out).stdout
+    assert len(records(out)) == 40

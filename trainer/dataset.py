@@ -43,7 +43,7 @@ class DatasetInfo:
         """Read dataset.json (or a pinned version's document) and the tf.Transform output of `data_dir`."""
         meta = read_metadata(data_dir, version)
         labels = tuple(meta["label_names"])
-        mean, std, vocabulary = read_transform(_transform_dir(data_dir, meta, version), meta)
+        mean, std, vocabulary = read_transform(_transform_dir(data_dir, meta), meta)
         if vocabulary != labels:
             raise DatasetError(
                 f"{data_dir}: the TFT 'label' vocabulary {list(vocabulary)[:5]}... differs from dataset.json "
@@ -123,12 +123,14 @@ def _version_json(version: int) -> str:
     return f"versions/v{version:05d}.json"  # beam_etl.metadata.version_json (the trainer imports no beam_etl)
 
 
-def _transform_dir(data_dir: str, meta: dict, version: int | None) -> str:
-    """Where a version's tf.Transform output is: in place for the latest, in versions/ for an older one."""
-    if version is None or not tf.io.gfile.exists(_join(data_dir, _version_json(version))):
-        return data_dir
-    latest = read_metadata(data_dir)
-    return data_dir if int(latest.get("version", 1)) == int(meta.get("version", 1)) else _join(data_dir, f"versions/v{version:05d}")
+def _transform_dir(data_dir: str, meta: dict) -> str:
+    """Where a version's tf.Transform output is: versions/vNNNNN/ once a dataset is updated, else in place.
+
+    The in-place copy is the latest version's too, but an update replaces it while readers of
+    the version before may still load it; each version's own folder never changes.
+    """
+    folder = _join(data_dir, f"versions/v{int(meta.get('version', 1)):05d}")
+    return folder if tf.io.gfile.exists(_join(folder, "transform_fn")) else data_dir
 
 
 def read_metadata(data_dir: str, version: int | None = None) -> dict:
