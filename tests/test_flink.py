@@ -214,11 +214,12 @@ def _wait_ended(cluster, jid, timeout=120):
     return state
 
 
-def test_ctrl_c_and_the_start_watch_cancel_the_job_on_the_cluster(cluster, digits, tmp_path):
+def test_ctrl_c_and_the_start_watch_cancel_the_job_on_the_cluster(cluster, digits, mnist_folder, tmp_path):
     root, _ = digits
-    # Ctrl-C while the job runs: the launcher cancels it on the cluster, in one line.
+    # Ctrl-C while the job runs: the launcher cancels it on the cluster, in one line. All 5,000
+    # digits, so that the job still runs when the signal lands (600 once finished first, in CI).
     out = tmp_path / "ds"
-    args = ["convert", "--input", root, "--output", out, *FLAGS, *cluster.flags()]
+    args = ["convert", "--input", mnist_folder, "--output", out, *FLAGS, *cluster.flags()]
     proc = subprocess.Popen([sys.executable, "-m", "beam_etl", *map(str, args)], env=_env(), cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
