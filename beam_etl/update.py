@@ -10,6 +10,7 @@ versions/, dataset.json names the latest and is written last.
 """
 
 import datetime
+import shutil
 import uuid
 
 import apache_beam as beam
@@ -220,7 +221,12 @@ class _PublishVersionFn(beam.DoFn):
             return
         document = self._document(shards, verdicts, excluded, carried, new_facts, new_rejects, new_lines, listed)
         self._merge_rejects(set(keyed))
-        publish_version(self.staging, self.config.output, self.document, document, self._analysis(carried, new_facts))
+        self.work = None
+        try:
+            publish_version(self.staging, self.config.output, self.document, document, self._analysis(carried, new_facts))
+        finally:
+            if self.work:  # the graph built here, not by the helper: a local folder of this step's own
+                shutil.rmtree(self.work, ignore_errors=True)
         objstore.delete_tree(self.staging)
         metadata.remove_stale_staging(self.config.output)
         yield {"published": True, "verdicts": verdicts, "listed": listed, "version": self.generation}
@@ -259,7 +265,8 @@ class _PublishVersionFn(beam.DoFn):
         summary, labels, channels = self._summary(carried, new_facts), self.document["label_names"], self.config.policy.channels
         built = transform_helper.hand_over(*self.config.transform_helper, labels, channels, summary) if self.config.transform_helper else None
         if built is None:  # no helper (Flink, Dataflow), or it failed: TensorFlow's import, here
-            built = analyze.build(tempfile.mkdtemp(prefix="beam-etl-analysis-"), labels, channels, summary)
+            self.work = tempfile.mkdtemp(prefix="beam-etl-analysis-")
+            built = analyze.build(self.work, labels, channels, summary)
         return built
 
     def _document(self, shards, verdicts, excluded, carried, new_facts, new_rejects, new_lines, listed) -> dict:
