@@ -20,7 +20,8 @@ import typing
 from beam_etl import trainstats
 
 LEDGER_DIR = "ledger"  # in the dataset folder: gzipped JSON lines, named in dataset.json
-PREFIX = "keys"
+PREFIX = "keys"  # the lines of written inputs
+REJECTED_PREFIX = "rejected-keys"  # the lines of rejected ones
 SUFFIX = ".jsonl.gz"
 WRITTEN = "written"
 

@@ -307,4 +307,28 @@ def delete_tree(folder: str) -> None:
     Beam's GCS and S3 filesystems delete recursively only for a path that ends in "/"; without
     it they delete the one object of that name, which a "folder" never is.
     """
-    filesystems().delete([folder.rstrip("/") + "/" if scheme(folder) else folder])
+    if scheme(folder):
+        filesystems().delete([folder.rstrip("/") + "/"])
+        return
+    _unlink_files(folder)
+    filesystems().delete([folder])
+
+
+def _unlink_files(folder: str, threads: int = 16) -> None:
+    """Unlink the files under a local folder on 16 threads: on a disk mounted with `discard` each
+    unlink of a written-back file waits for its trims, and 16 at a time took 0.6x the time of one
+    at a time (64 files of 32 MB, docs/BENCHMARKS.md §19). What fails is left to the caller's delete."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [os.path.join(root, name) for root, _, names in os.walk(folder) for name in names]
+    if len(paths) < 2:
+        return
+
+    def unlink(path):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+    with ThreadPoolExecutor(min(threads, len(paths))) as pool:
+        list(pool.map(unlink, paths))

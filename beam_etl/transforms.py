@@ -367,7 +367,13 @@ class WriteRejects(beam.PTransform):
 
 
 class WriteLedger(beam.PTransform):
-    """Facts of written records and reject rows to the ledger's gzipped JSON lines (ledger.py); returns their paths."""
+    """Facts of written records and reject rows to the ledger's gzipped JSON lines (ledger.py); returns their paths.
+
+    Two writes, not one after a Flatten: a runner materialises a Flatten's inputs, so the
+    written records' lines would be encoded, buffered and made after the encode ends (about 8 s
+    of one core at 50k images, docs/BENCHMARKS.md §19). Unflattened, they are made and
+    compressed as the records arrive, in the encode's own stage.
+    """
 
     def __init__(self, folder, generation: int = 1):
         super().__init__()
@@ -375,14 +381,17 @@ class WriteLedger(beam.PTransform):
 
     def expand(self, pcolls):
         facts, rejects = pcolls
-        written = facts | "FromFacts" >> beam.Map(ledger.from_facts, self.generation)
-        rejected = rejects | "FromRejects" >> beam.Map(ledger.from_reject, self.generation)
-        return (
-            (written, rejected)
-            | "All" >> beam.Flatten()
-            | "Json" >> beam.Map(ledger.dumps)
-            | "Write" >> beam.io.WriteToText(FileSystems.join(self.folder, ledger.PREFIX), file_name_suffix=ledger.SUFFIX)
+        written = (
+            facts
+            | "FromFacts" >> beam.Map(lambda f, g: ledger.dumps(ledger.from_facts(f, g)), self.generation)
+            | "WriteWritten" >> beam.io.WriteToText(FileSystems.join(self.folder, ledger.PREFIX), file_name_suffix=ledger.SUFFIX)
         )
+        rejected = (
+            rejects
+            | "FromRejects" >> beam.Map(lambda row, g: ledger.dumps(ledger.from_reject(row, g)), self.generation)
+            | "WriteRejected" >> beam.io.WriteToText(FileSystems.join(self.folder, ledger.REJECTED_PREFIX), file_name_suffix=ledger.SUFFIX)
+        )
+        return (written, rejected) | "Files" >> beam.Flatten()  # a few paths
 
 
 class _TrainingStatsFn(beam.CombineFn):

@@ -61,3 +61,22 @@ def test_buffer_must_be_whole_blocks(tmp_path):
 def test_is_local():
     assert localio.is_local("/tmp/x") and localio.is_local("rel/x")
     assert not localio.is_local("gs://bucket/x")
+
+
+def test_delete_tree_removes_every_file_and_folder_of_a_local_tree(tmp_path):
+    from beam_etl import objstore
+
+    root = tmp_path / "staging"
+    for i in range(40):  # unlinked on threads, then the folders
+        sub = root / "chunks" / f"d{i % 3}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"c{i}.tfrecord").write_bytes(os.urandom(5000))
+    (root / "one.json").write_text("{}")
+    keep = tmp_path / "staging-other"  # a sibling with the same prefix stays
+    keep.mkdir()
+    (keep / "x").write_text("x")
+    objstore.delete_tree(str(root))
+    assert not root.exists()
+    assert (keep / "x").read_text() == "x"
+    with pytest.raises(Exception, match="staging"):  # a folder that is not there is an error, as before
+        objstore.delete_tree(str(root))
