@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from beam_etl import changes_cli, flink_cli
+from beam_etl import changes_cli, flink_cli, versions_cli
 
 EXIT_USAGE = 2
 EXIT_FAILED = 1
@@ -479,6 +479,7 @@ def main(argv=None) -> int:
     _index_parser(sub)
     flink_cli.add_parser(sub)
     changes_cli.add_parser(sub)
+    versions_cli.add_parsers(sub)
     args, beam_args = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("absl").setLevel(logging.ERROR)  # TFT's advice on input formats, every run
@@ -506,6 +507,8 @@ def main(argv=None) -> int:
         return inspect_command(args)
     if args.command == "index":
         return index_command(args)
+    if args.command in ("compact", "gc"):
+        return versions_cli.main(args)
     return _usage_error(f"unknown command {args.command!r}")
 
 

@@ -146,9 +146,22 @@ def read_version(data_dir: str, version=None) -> dict:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             return json.loads(f.read().decode("utf-8"))
     document = read(data_dir)
-    if int(document.get("version", 1)) != version:
-        raise ValueError(f"{data_dir} has no version {version}: its versions are 1..{document.get('version', 1)}")
+    latest = int(document.get("version", 1))
+    if latest != version:
+        kept = [v for v in range(1, latest) if FileSystems.exists(FileSystems.join(data_dir, version_json(v)))] + [latest]
+        raise ValueError(f"{data_dir} has no version {version}: its versions are {ranges(kept)}")
     return document
+
+
+def ranges(numbers) -> str:
+    """[1, 2, 3, 5] -> '1..3, 5'."""
+    runs = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}..{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def is_complete(data_dir: str) -> bool:

@@ -7,7 +7,10 @@ Each rep, with a manifest over every photo under --photos (label: its folder):
 2. a change of 1% of the inputs, a quarter each: new files, other bytes in existing files,
    relabelled rows and removed rows;
 3. `beam-etl convert --update`, timed, with the line it prints;
-4. `beam-etl convert --update` again, with no change, timed.
+4. `beam-etl convert --update` again, with no change, timed;
+5. `beam-etl compact` with --max_excluded_fraction 0.005, so that both generations are
+   rewritten (the 1% change dropped 0.75% of version 1's records): every record copied once;
+6. `beam-etl gc --keep 1`, timed, and the dataset folder's bytes before and after.
 The changed files are copies under WORK, so --photos is never modified; WORK is removed at the end.
 """
 
@@ -25,12 +28,12 @@ sys.path.insert(0, os.path.dirname(HERE))
 from bench.make_photos import photo  # noqa: E402
 
 
-def timed(cmd) -> tuple:
+def timed(cmd, prefix: str = "beam-etl: ") -> tuple:
     started = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("beam-etl: ")]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(prefix)]
     return time.perf_counter() - started, lines[0] if lines else ""
 
 
@@ -70,8 +73,17 @@ def one_rep(photos: str, work: str, fraction: float, rep: int) -> dict:
     write_manifest(manifest, rows)
     update_s, update_line = timed(["beam-etl", "convert", "--update", "--input", manifest, "--output", out, "--progress", "none"])
     again_s, again_line = timed(["beam-etl", "convert", "--update", "--input", manifest, "--output", out, "--progress", "none"])
+    compact_s, compact_line = timed(["beam-etl", "compact", out, "--max_excluded_fraction", "0.005"], prefix=out)
+    before = folder_bytes(out)
+    gc_s, gc_line = timed(["beam-etl", "gc", out, "--keep", "1"], prefix=out)
+    after = folder_bytes(out)
     shutil.rmtree(work, ignore_errors=True)
-    return {"full": full_s, "update": update_s, "again": again_s, "update_line": update_line, "again_line": again_line, "changed": 4 * quarter}
+    return {"full": full_s, "update": update_s, "again": again_s, "update_line": update_line, "again_line": again_line, "changed": 4 * quarter,
+            "compact": compact_s, "compact_line": compact_line, "gc": gc_s, "gc_line": gc_line, "before_gc": before, "after_gc": after}
+
+
+def folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
 
 
 def main(argv=None) -> None:
@@ -86,10 +98,12 @@ def main(argv=None) -> None:
         r = one_rep(args.photos, args.work, args.fraction, rep)
         results.append(r)
         print(f"# rep {rep + 1}: full {r['full']:.1f} s, update {r['update']:.1f} s ({r['update'] / r['full']:.1%}), no change {r['again']:.1f} s "
-              f"({r['again'] / r['full']:.1%})\n#   {r['update_line']}\n#   {r['again_line']}", flush=True)
-    print(f"\n| rep | inputs changed | full conversion s | --update s | share | no-change --update s | share |\n|---:|---:|---:|---:|---:|---:|---:|")
+              f"({r['again'] / r['full']:.1%}), compact {r['compact']:.1f} s, gc {r['gc']:.1f} s\n#   {r['update_line']}\n#   {r['again_line']}\n#   {r['compact_line']}\n#   {r['gc_line']}", flush=True)
+    print("\n| rep | inputs changed | full conversion s | --update s | share | no-change --update s | share | compact (all) s | share | gc --keep 1 s | MB before / after gc |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for i, r in enumerate(results, 1):
-        print(f"| {i} | {r['changed']:,} | {r['full']:.1f} | {r['update']:.1f} | {r['update'] / r['full']:.1%} | {r['again']:.1f} | {r['again'] / r['full']:.1%} |")
+        print(f"| {i} | {r['changed']:,} | {r['full']:.1f} | {r['update']:.1f} | {r['update'] / r['full']:.1%} | {r['again']:.1f} | {r['again'] / r['full']:.1%} "
+              f"| {r['compact']:.1f} | {r['compact'] / r['full']:.1%} | {r['gc']:.1f} | {r['before_gc'] / 1e6:,.0f} / {r['after_gc'] / 1e6:,.0f} |")
 
 
 if __name__ == "__main__":

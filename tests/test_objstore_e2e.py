@@ -146,6 +146,16 @@ def test_update_of_a_bucket_manifest_dataset_equals_a_full_conversion(scheme, re
         assert "OK" in run(server, "beam_etl", "verify", out, "--version", version, *flags3).stdout
     listed = server.list(out + "/")
     assert not [u for u in listed if any(mark in u for mark in LEFTOVERS)], listed
+    # compact merges both (small) generations into one; gc --keep 1 then leaves only what version 3 names.
+    assert "version 3: generations [1, 2] rewritten" in run(server, "beam_etl", "compact", out, *flags3).stdout
+    run(server, "beam_etl", "gc", out, "--keep", "1", *flags3)
+    listed = server.list(out + "/")
+    document = json.loads(server.read(out + "/dataset.json"))
+    named = {f"{out}/{s['file']}" for split in document["splits"].values() for s in split["shards"]} | {f"{out}/{f}" for f in document["ledger"]["files"]}
+    assert {u for u in listed if u.endswith(".tfrecord") or "/ledger/" in u} == named, listed
+    assert not [u for u in listed if "/versions/v0000" in u and "v00003" not in u], listed
+    assert read(out) == latest
+    assert "OK" in run(server, "beam_etl", "verify", out, *flags3).stdout
 
 
 @pytest.fixture(scope="module")

@@ -182,3 +182,9 @@ def test_update_of_an_indexed_dataset_indexes_its_new_shards(tmp_path):
     assert new and all(s.get("index") and (out / (s["file"] + ".idx")).exists() for s in new)
     assert "OK" in beam_etl("verify", out).stdout
     assert len(records(out)) == 40
+    # compact keeps the option too: its new shards are indexed.
+    assert "version 3: generations [1, 2] rewritten" in beam_etl("compact", out).stdout
+    shards = json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"]
+    assert {s["generation"] for s in shards} == {3} and all(s.get("index") and (out / (s["file"] + ".idx")).exists() for s in shards)
+    assert "OK" in beam_etl("verify", out).stdout
+    assert len(records(out)) == 40
