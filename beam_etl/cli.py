@@ -508,7 +508,7 @@ def main(argv=None) -> int:
     if args.command == "index":
         return index_command(args)
     if args.command in ("compact", "gc"):
-        return versions_cli.main(args)
+        return versions_cli.main(args, beam_args)  # only --s3_* flags get here
     return _usage_error(f"unknown command {args.command!r}")
 
 

@@ -10,10 +10,9 @@ nothing published is rewritten, dataset.json last; `beam-etl gc` then removes wh
 version names.
 """
 
+import datetime
 import gzip
-import hashlib
 import math
-import random
 import shutil
 import tempfile
 import uuid
@@ -21,8 +20,7 @@ import uuid
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_etl import ledger, localio, metadata, objstore, records, sharding, tfrecord, update
-from beam_etl.index import index_name, write_index
+from beam_etl import ledger, metadata, objstore, rewrite, sharding, update
 
 MAX_EXCLUDED_FRACTION = 0.1  # a generation with more of its records dropped than this is rewritten
 
@@ -56,77 +54,6 @@ def choose(document: dict, target_bytes: float, max_excluded_fraction: float = M
     dropped = {g for g, s in sizes.items() if s["records"] and s["excluded"] / s["records"] > max_excluded_fraction}
     chosen = small | dropped
     return sorted(chosen) if dropped or len(chosen) > 1 else []
-
-
-def pack(shards: list, count: int) -> list:
-    """Old shards [dict with "bytes"] dealt into `count` groups of about equal bytes (largest first, to the lightest)."""
-    groups = [[] for _ in range(count)]
-    weight = [0] * count
-    for shard in sorted(shards, key=lambda s: (-s["bytes"], s["file"])):
-        i = min(range(count), key=lambda j: (weight[j], j))
-        groups[i].append(shard)
-        weight[i] += shard["bytes"]
-    return [g for g in groups if g]
-
-
-def _framed_records(path: str):
-    with objstore.open_read(path) as f:
-        for _, framed, _ in tfrecord.iter_framed(f, path):  # CRCs checked
-            yield framed
-
-
-def _interleaved(sources, rng: random.Random):
-    """The records of several iterators, picked at random in proportion to what each has left: [(tag, record)]."""
-    live = [(tag, iter(it), n) for tag, it, n in sources if n]
-    left = [n for _, _, n in live]
-    while live:
-        i = rng.choices(range(len(live)), weights=left)[0]
-        tag, it, _ = live[i]
-        record = next(it, None)
-        if record is None:  # fewer than the document said: counted (and refused) by the caller
-            del live[i], left[i]
-            continue
-        left[i] -= 1
-        yield tag, record
-        if left[i] <= 0:
-            if next(it, None) is not None:
-                raise tfrecord.CorruptRecord(f"{tag[1]}: more records than dataset.json lists")
-            del live[i], left[i]
-
-
-def rewrite_shard(output: str, group: list, dropped: set, dest: str, seed: str, schema_name: str) -> dict:
-    """Write the live records of old shards `group` to `dest`, interleaved and shuffled; returns counts and sha256.
-
-    dropped: (generation, key) of the records the version excludes. Returns {"examples",
-    "bytes", "sha256", "dropped_by_split"} where the last counts the excluded records met.
-    """
-    rng = random.Random(seed)
-    sources = [((shard.get("generation", 1), FileSystems.join(output, shard["file"])), _framed_records(FileSystems.join(output, shard["file"])), shard["examples"])
-               for shard in group]
-    digest, nbytes, examples, skipped, seen = hashlib.sha256(), 0, 0, 0, {}
-
-    def live():
-        nonlocal skipped
-        for (generation, path), framed in _interleaved(sources, rng):
-            seen[path] = seen.get(path, 0) + 1
-            if (generation, records.key_of(framed[12:-4], schema_name)) in dropped:
-                skipped += 1
-                continue
-            yield framed
-
-    output_file = localio.DirectWriter(dest) if localio.is_local(dest) else objstore.create(dest)
-    with output_file as out:
-        for framed in sharding._shuffled(live(), rng, sharding.SHUFFLE_BUFFER):
-            out.write(framed)
-            digest.update(framed)
-            nbytes += len(framed)
-            examples += 1
-    for shard in group:
-        path = FileSystems.join(output, shard["file"])
-        if seen.get(path, 0) != shard["examples"]:
-            raise metadata.IncompleteDataset(f"{path}: {seen.get(path, 0)} records read, dataset.json lists {shard['examples']}; "
-                                             f"run `beam-etl verify {output}`")
-    return {"examples": examples, "bytes": nbytes, "sha256": digest.hexdigest(), "skipped": skipped}
 
 
 def _rewrite_ledger(output: str, document: dict, chosen: set, generation: int, dest: str) -> dict:
@@ -169,7 +96,7 @@ def _local_graph(output: str) -> str:
     return work
 
 
-def compact(output: str, target_mb: float = 0.0, max_excluded_fraction: float = MAX_EXCLUDED_FRACTION, log=print) -> dict:
+def compact(output: str, target_mb: float = 0.0, max_excluded_fraction: float = MAX_EXCLUDED_FRACTION, filesystem_flags=()) -> dict:
     """Publish version N+1 of `output` with its chosen generations rewritten; returns what was done."""
     document = metadata.read(output)
     previous = update.version_of(document)
@@ -189,30 +116,27 @@ def compact(output: str, target_mb: float = 0.0, max_excluded_fraction: float = 
     new = {"splits": {}, "read": 0, "written": 0, "dropped": 0}
     work = None
     try:
-        splits = {}
+        splits, tasks = {}, []  # tasks: (split, file, indexed, old shards)
         for name, split in document["splits"].items():
             old = [s for s in split["shards"] if s.get("generation", 1) in chosen]
-            kept = [s for s in split["shards"] if s.get("generation", 1) not in chosen]
-            shards = list(kept)
             indexed = any(s.get("index") for s in split["shards"])
-            if old:
-                count = max(1, math.ceil(sum(s["bytes"] for s in old) / target))
-                groups = pack(old, min(count, len(old)))
-                written = 0
-                for index, group in enumerate(groups):
-                    file = sharding.shard_name(name, index, len(groups))
-                    dest = FileSystems.join(staging, "shards", file)
-                    done = rewrite_shard(output, group, dropped, dest, f"{name}/{index}/{generation}", schema_name)
-                    if indexed:  # --write_index: a DALI index beside each new shard too
-                        write_index(dest, FileSystems.join(staging, "shards", index_name(file)), check=False)
-                    new["read"] += sum(s["examples"] for s in group)
-                    new["dropped"] += done["skipped"]
-                    written += done["examples"]
-                    shards.append({"file": f"{folder}/{file}", "examples": done["examples"], "bytes": done["bytes"], "sha256": done["sha256"], "generation": generation,
-                                   **({"index": True} if indexed else {})})
-                new["splits"][name] = written
-                new["written"] += written
-            splits[name] = dict(split, shards=shards, bytes=sum(s["bytes"] for s in shards))
+            groups = rewrite.pack(old, min(max(1, math.ceil(sum(s["bytes"] for s in old) / target)), len(old))) if old else []
+            tasks += [(name, sharding.shard_name(name, i, len(groups)), indexed, group) for i, group in enumerate(groups)]
+            splits[name] = dict(split, shards=[s for s in split["shards"] if s.get("generation", 1) not in chosen])
+        args = []
+        for _, file, indexed, group in tasks:
+            gens = {s.get("generation", 1) for s in group}
+            args.append((output, group, {(g, k) for g, k in dropped if g in gens}, FileSystems.join(staging, "shards", file), f"{file}/{generation}",
+                         schema_name, indexed, tuple(filesystem_flags)))
+        for (name, file, indexed, group), done in zip(tasks, rewrite.run(args, sum(s["bytes"] for *_, group in tasks for s in group))):
+            new["read"] += sum(s["examples"] for s in group)
+            new["dropped"] += done["skipped"]
+            new["splits"][name] = new["splits"].get(name, 0) + done["examples"]
+            new["written"] += done["examples"]
+            splits[name]["shards"].append({"file": f"{folder}/{file}", "examples": done["examples"], "bytes": done["bytes"], "sha256": done["sha256"],
+                                           "generation": generation, **({"index": True} if indexed else {})})
+        for split in splits.values():
+            split["bytes"] = sum(s["bytes"] for s in split["shards"])
         ledger_name = f"{ledger.LEDGER_DIR}/{folder}/compacted-00000-of-00001{ledger.SUFFIX}"
         moved = _rewrite_ledger(output, document, set(chosen), generation, FileSystems.join(staging, ledger.LEDGER_DIR, ledger_name.rsplit("/", 1)[1]))
         if moved != {k: v for k, v in new["splits"].items() if v}:
@@ -223,8 +147,6 @@ def compact(output: str, target_mb: float = 0.0, max_excluded_fraction: float = 
             by_split[name] = sum(s["examples"] for s in split["shards"]) - split["examples"]
             if by_split[name] < 0 or (not remaining and by_split[name]):
                 raise metadata.IncompleteDataset(f"split {name}: {split['examples']} examples but its shards hold {sum(s['examples'] for s in split['shards'])}")
-        import datetime
-
         compacted = dict(document)
         compacted.pop("update", None)
         compacted.update(

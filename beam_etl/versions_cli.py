@@ -21,15 +21,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--keep", type=int, required=True, help="how many of the newest versions to keep (1: the latest only)")
 
 
-def main(args) -> int:
-    from beam_etl import compact, metadata, prune, update
+def main(args, filesystem_flags=()) -> int:
+    from beam_etl import compact, metadata, prune, tfrecord, update
 
     try:
         if args.command == "compact":
             fraction = compact.MAX_EXCLUDED_FRACTION if args.max_excluded_fraction is None else args.max_excluded_fraction
             if not 0 <= fraction <= 1 or args.shard_size_mb < 0:
                 raise ValueError(f"--max_excluded_fraction must be in [0, 1] and --shard_size_mb positive; got {fraction}, {args.shard_size_mb}")
-            done = compact.compact(args.dir, args.shard_size_mb, fraction)
+            done = compact.compact(args.dir, args.shard_size_mb, fraction, filesystem_flags)
             if not done["compacted"]:
                 print(f"{args.dir}: version {done['version']} is already compact (no small generations to merge, none over "
                       f"{fraction:g} dropped); nothing written")
@@ -44,6 +44,6 @@ def main(args) -> int:
         else:
             print(f"{kept}; removed versions {metadata.ranges(done['dropped'])}: {done['files']} files, {done['bytes'] / 1e6:.1f} MB")
         return 0
-    except (compact.NotCompactable, update.ConcurrentUpdate, metadata.IncompleteDataset, ValueError, FileNotFoundError) as e:
+    except (compact.NotCompactable, update.ConcurrentUpdate, metadata.IncompleteDataset, tfrecord.CorruptRecord, ValueError, FileNotFoundError) as e:
         print(f"beam-etl {args.command}: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
 import json
 
-from beam_etl import compact
+from beam_etl import compact, rewrite
 from tests.conftest import run_convert
 from tests.corpus import jpeg
 from tests.test_update import FLAGS, beam_etl, change, manifest_source, records, write_manifest  # noqa: F401 - the fixture
@@ -33,10 +33,10 @@ def test_choose_rewrites_small_generations_together_and_any_with_many_dropped_re
 
 def test_pack_deals_shards_into_groups_of_even_bytes():
     shards = [shard(f"s{i}", 1, b, 1) for i, b in enumerate([50, 40, 30, 20, 10, 10])]
-    groups = compact.pack(shards, 3)
+    groups = rewrite.pack(shards, 3)
     assert sorted(sum(s["bytes"] for s in g) for g in groups) == [50, 50, 60]
     assert sorted(s["file"] for g in groups for s in g) == sorted(s["file"] for s in shards)
-    assert len(compact.pack(shards[:2], 5)) == 2  # never an empty group
+    assert len(rewrite.pack(shards[:2], 5)) == 2  # never an empty group
 
 
 def test_compact_and_gc_keep_every_version_equal_to_a_full_conversion(manifest_source, tmp_path):
