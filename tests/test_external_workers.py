@@ -74,6 +74,14 @@ def test_two_sdk_workers_write_what_the_direct_runner_writes(writer, pool, gcs_s
         assert document["splits"][split]["label_counts"] == info["label_counts"]
 
 
+def test_an_update_on_external_workers_equals_a_full_conversion(pool, mnist_folder, tmp_path):
+    """convert --update with two SDK workers of the pool: the version it publishes is a full conversion's."""
+    from tests.test_update import update_on_another_runner
+
+    proc = update_on_another_runner(mnist_folder, tmp_path, lambda *args: run(None, "beam_etl", *args, timeout=600), pool.flags(workers=2))
+    assert "submitted to PortableRunner" in proc.stderr
+
+
 def test_workers_that_cannot_start_fail_the_launcher_in_one_line(gcs_server, objstore_photos, tmp_path):
     """The pool's python lacks apache_beam: each worker dies at import, and the launcher says so."""
     broken = WorkerPool(str(tmp_path / "pool"), cases.env(gcs_server), broken=True)

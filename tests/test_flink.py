@@ -152,38 +152,10 @@ def test_a_manifest_converts_on_flink(cluster, digits, tmp_path):
 
 def test_an_update_on_flink_equals_a_full_conversion(cluster, digits, tmp_path):
     """convert --update submitted to the cluster: the version it publishes is a full conversion's of the new source."""
-    from tests.test_update import records
+    from tests.test_update import update_on_another_runner
 
-    root, _ = digits
-    copies = tmp_path / "copies"
-    copies.mkdir()
-    rows = []
-    for label in sorted(os.listdir(root)):
-        names = [n for n in sorted(os.listdir(root / label)) if not n.startswith(("copy-", "truncated", "notes"))]
-        for name in names[:10]:
-            shutil.copy(root / label / name, copies / f"{label}-{name}")  # copies: a change may overwrite them
-            rows.append([str(copies / f"{label}-{name}"), label])
-    manifest = tmp_path / "m.csv"
-    write = lambda: manifest.write_text("path,label\n" + "".join(f"{p},{label}\n" for p, label in rows))  # noqa: E731
-    write()
-    args = ["--channels", "1", "--validation_fraction", "0.2", "--num_shards", "2"]
-    out, full = tmp_path / "ds", tmp_path / "full"
-    run_convert("--input", manifest, "--output", out, *args)
-    for i in (3, 4):  # other bytes: another digit's
-        shutil.copy(root / "9" / sorted(os.listdir(root / "9"))[30 + i], rows[i][0])
-    for i in (20, 21, 22):
-        rows[i][1] = "1" if rows[i][1] != "1" else "2"
-    rows = rows[:50] + rows[54:]  # 4 removed
-    rows += [[str(root / "0" / n), "0"] for n in sorted(os.listdir(root / "0"))[40:45]]  # 5 new
-    write()
-    proc = _beam_etl("convert", "--update", "--input", manifest, "--output", out, *cluster.flags())
+    proc = update_on_another_runner(digits[0], tmp_path, _beam_etl, cluster.flags())
     assert "submitted to PortableRunner" in proc.stderr
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("beam-etl: version 2"))
-    assert "5 new, 2 changed, 3 relabelled, 0 touched, 4 removed" in line, line
-    run_convert("--input", manifest, "--output", full, *args)
-    assert records(out) == records(full) and len(records(out)) == 101
-    assert "OK" in _beam_etl("verify", out, "--version", "1").stdout
-    assert not [p.name for p in out.iterdir() if p.name.startswith((".staging-", "beam-temp-", "tft_tmp"))]
 
 
 @pytest.mark.parametrize("processes", ["0", "2"])

@@ -54,6 +54,40 @@ def write_manifest(path, rows):
     path.write_text("path,label\n" + "".join(f"{p},{label}\n" for p, label in rows))
 
 
+def update_on_another_runner(root, tmp_path, beam_etl_call, runner_flags):
+    """Convert 100 digits of `root` (label folders) by manifest, change them, `--update` with runner_flags: equal to a full conversion."""
+    import shutil
+
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    rows = []
+    for label in sorted(os.listdir(root)):
+        names = [n for n in sorted(os.listdir(root / label)) if not n.startswith(("copy-", "truncated", "notes"))]
+        for name in names[:10]:
+            shutil.copy(root / label / name, copies / f"{label}-{name}")  # copies: a change may overwrite them
+            rows.append([str(copies / f"{label}-{name}"), label])
+    manifest = tmp_path / "m.csv"
+    args = ["--channels", "1", "--validation_fraction", "0.2", "--num_shards", "2"]
+    out, full = tmp_path / "ds", tmp_path / "full"
+    write_manifest(manifest, rows)
+    run_convert("--input", manifest, "--output", out, *args)
+    for i in (3, 4):  # other bytes: another digit's
+        shutil.copy(root / "9" / sorted(os.listdir(root / "9"))[30 + i], rows[i][0])
+    for i in (20, 21, 22):
+        rows[i][1] = "1" if rows[i][1] != "1" else "2"
+    rows = rows[:50] + rows[54:]  # 4 removed
+    rows += [[str(root / "0" / n), "0"] for n in sorted(os.listdir(root / "0"))[40:45]]  # 5 new
+    write_manifest(manifest, rows)
+    proc = beam_etl_call("convert", "--update", "--input", manifest, "--output", out, *runner_flags)
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("beam-etl: version 2"))
+    assert "5 new, 2 changed, 3 relabelled, 0 touched, 4 removed" in line, line
+    run_convert("--input", manifest, "--output", full, *args)
+    assert records(out) == records(full) and len(records(out)) == 101
+    assert "OK" in beam_etl("verify", out, "--version", "1").stdout
+    assert not [p.name for p in out.iterdir() if p.name.startswith((".staging-", "beam-temp-", "tft_tmp"))]
+    return proc
+
+
 FLAGS = ("--validation_fraction", "0.2", "--num_shards", "train=4,validation=2")
 
 
