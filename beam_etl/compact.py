@@ -133,6 +133,8 @@ def compact(output: str, target_mb: float = 0.0, max_excluded_fraction: float = 
             new["dropped"] += done["skipped"]
             new["splits"][name] = new["splits"].get(name, 0) + done["examples"]
             new["written"] += done["examples"]
+            if not done["examples"]:  # every record of the group was dropped: no empty shard (it goes with the staging)
+                continue
             splits[name]["shards"].append({"file": f"{folder}/{file}", "examples": done["examples"], "bytes": done["bytes"], "sha256": done["sha256"],
                                            "generation": generation, **({"index": True} if indexed else {})})
         for split in splits.values():
