@@ -77,3 +77,19 @@ def test_write_cost_compares_buffered_and_direct_writes(tmp_path):
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| buffered") or line.startswith("| O_DIRECT")]
     assert len(rows) == 2, proc.stdout
     assert not list(tmp_path.iterdir())  # its files are removed
+
+
+def test_ab_trees_runs_two_checkouts_and_the_script_interleaved(tmp_path):
+    from tests.corpus import jpeg
+
+    for i in range(12):
+        folder = tmp_path / "img" / ("ab"[i % 2])
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{i}.jpg").write_bytes(jpeg(40, 30, seed=i))
+    scratch = tmp_path / "scratch"
+    proc = _run_bench_script("ab_trees.py", "--input", tmp_path / "img", "--old", ROOT, "--reps", 1, "--scratch", scratch)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if line.startswith("# rep")] == ["# rep 1 old", "# rep 1 new", "# rep 1 script"]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| old", "| new", "| script"))]
+    assert len(rows) == 3 and rows[-1].endswith("| 1.00× |"), proc.stdout
+    assert not scratch.exists()  # its outputs are removed
