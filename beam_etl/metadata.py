@@ -148,9 +148,13 @@ def read_version(data_dir: str, version=None) -> dict:
     document = read(data_dir)
     latest = int(document.get("version", 1))
     if latest != version:
-        kept = [v for v in range(1, latest) if FileSystems.exists(FileSystems.join(data_dir, version_json(v)))] + [latest]
-        raise ValueError(f"{data_dir} has no version {version}: its versions are {ranges(kept)}")
+        raise ValueError(f"{data_dir} has no version {version}: its versions are {ranges(present_versions(data_dir, latest))}")
     return document
+
+
+def present_versions(data_dir: str, latest: int) -> list:
+    """The versions whose documents are there (beam-etl gc removes old ones), the latest last."""
+    return [v for v in range(1, latest) if FileSystems.exists(FileSystems.join(data_dir, version_json(v)))] + [latest]
 
 
 def ranges(numbers) -> str:

@@ -31,8 +31,8 @@ def plan(output: str, keep: int) -> tuple:
     if keep < 1:
         raise ValueError(f"--keep must be 1 or more (the latest version is always kept), got {keep}")
     latest = update.version_of(metadata.read(output))
-    present = [v for v in range(1, latest) if FileSystems.exists(FileSystems.join(output, metadata.version_json(v)))] + [latest]
-    kept, dropped = present[-keep:], present[:-keep]  # an earlier gc may have removed some already
+    present = metadata.present_versions(output, latest)  # an earlier gc may have removed some already
+    kept, dropped = present[-keep:], present[:-keep]
     keep_files = set()
     for version in kept:
         keep_files |= named(metadata.read_version(output, version))

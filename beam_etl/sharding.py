@@ -155,30 +155,30 @@ class _RangeReader:
             raise tfrecord.CorruptRecord(f"{self.path}: its records end at byte {self.offset}, its index says {self.end}")
 
 
-def _shuffled(records, rng: random.Random, capacity: int):
+def _shuffled(records, rng: random.Random, capacity: int, size_of=len):
     """The records in a random order, holding at most `capacity` bytes of them (a shuffle buffer)."""
     held, size = [], 0
     for record in records:
         held.append(record)
-        size += len(record)
+        size += size_of(record)
         while size > capacity and held:
             i = rng.randrange(len(held))
             held[i], held[-1] = held[-1], held[i]
             out = held.pop()
-            size -= len(out)
+            size -= size_of(out)
             yield out
     rng.shuffle(held)
     yield from held
 
 
 def _merged(ranges, seed: str):
-    """The records of every range, the ranges interleaved at random (each in its own order)."""
+    """(range index, record) of every range's records, the ranges interleaved at random (each in its own order)."""
     block = int(min(16 << 20, max(1 << 20, READ_BUDGET // max(1, len(ranges)))))
     readers = [_RangeReader(path, start, end, n, block) for path, start, end, n in ranges]
     picks = np.repeat(np.arange(len(ranges), dtype=np.int64), [n for *_, n in ranges])
     np.random.default_rng(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "little")).shuffle(picks)
     for pick in picks:
-        yield readers[pick].next()
+        yield pick, readers[pick].next()
     for reader in readers:
         reader.check_done()
 
@@ -189,7 +189,8 @@ def write_shard(ranges, index: int, count: int, dest: str, compression: str = "n
     Each range is read in blocks of megabytes (one request each on a bucket), the ranges
     interleaved at random and then shuffled in a 32 MB buffer, seeded, so that a retry writes
     the same file. Memory holds the read blocks and the buffer, whatever the shard's size.
-    `keep(record)` drops records it is false for (removed duplicates). The caller writes to a
+    `keep(record, range)` drops records it is false for (removed duplicates, a compaction's
+    excluded records): the record's bytes and the range it came from. The caller writes to a
     temporary name and renames. An uncompressed local shard is written with O_DIRECT
     (localio: the page cache costs more than the disk).
     """
@@ -200,8 +201,8 @@ def write_shard(ranges, index: int, count: int, dest: str, compression: str = "n
     else:
         output = objstore.create(dest, gzip=compression == "gzip")
     with output as out:
-        for record in _shuffled(_merged(ranges, seed), random.Random(seed), SHUFFLE_BUFFER):
-            if keep is not None and not keep(record[12:-4]):
+        for pick, record in _shuffled(_merged(ranges, seed), random.Random(seed), SHUFFLE_BUFFER, lambda item: len(item[1])):
+            if keep is not None and not keep(record[12:-4], ranges[pick]):
                 continue
             out.write(record)
             examples += 1
@@ -230,7 +231,7 @@ def write_task(task, shard_dir: str, compression: str = "none", index: bool = Fa
     keep = None
     if dropped:  # few, so a set per task is cheap
         dropped = set(dropped)
-        keep = lambda record: records.key_of(record, schema_name) not in dropped  # noqa: E731
+        keep = lambda record, _: records.key_of(record, schema_name) not in dropped  # noqa: E731
     examples, nbytes, digest = write_shard(ranges, number, count, temp, compression, seed=split, keep=keep)
     if index:  # from the temp file, before the rename makes the shard visible
         from beam_etl.index import index_name, write_index
